@@ -1,0 +1,30 @@
+# The two commands of the README. Each bootstraps .venv with python3 -m venv
+# when it is missing and installs the project (editable, with [dev]) once.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.jaxlab-installed
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Runs every registered experiment's quick preset and writes runs/demo/REPORT.md.
+demo: $(STAMP)
+	$(BIN)/python -m launch.reproduce --workdir=runs/demo --preset=quick
+
+# The default test selection (-m "not slow", see pyproject.toml).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q --durations=15
+
+bench: $(STAMP)
+	$(BIN)/python -m launch.bench --out=runs/bench/bench.json
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,257 @@
+"""A small Llama-style decoder-only LM in linen: RMSNorm, RoPE, SwiGLU, GQA.
+
+Two plug points make the same model serve several papers:
+  * `TransformerConfig.dense` builds every projection (attention q/k/v/o, FFN
+    gate/up/down, LM head), so a quantized Dense drops in (QAT, FP4 PTQ).
+  * `TransformerConfig.ffn` builds each block's FFN, so an MoE layer drops in.
+
+Submodule names are stable and address checkpoints and quantization rules:
+`block_{i}/attn/{q,k,v,o}`, `block_{i}/mlp/{gate,up,down}`, `lm_head`.
+
+A KV cache (`init_cache`) turns the same module into an incremental decoder:
+`model.apply(variables, tokens, cache=cache)` appends `tokens` to each row at
+that row's own offset (`cache.lengths`), so rows can be at different lengths
+(slot-style serving) and prefill + one-token decode equals the full forward.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> cfg = TransformerConfig(d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64)
+  >>> model = Transformer(cfg)
+  >>> tokens = jnp.zeros((2, 8), jnp.int32)
+  >>> params = model.init(jax.random.key(0), tokens)["params"]
+  >>> model.apply({"params": params}, tokens).shape
+  (2, 8, 256)
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jaxtyping import Float, Int
+
+
+def default_dense(features: int, *, name: str, dtype: Any, param_dtype: Any) -> nn.Module:
+  """The default projection: a bias-free `nn.Dense`."""
+  return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=param_dtype, name=name)
+
+
+def swiglu_ffn(config: "TransformerConfig", *, name: str) -> nn.Module:
+  """The default FFN factory: a SwiGLU MLP."""
+  return SwiGLU(config, name=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyper-parameters of `Transformer` (hashable: it is a linen module field).
+
+  Attributes:
+    vocab_size: number of token ids (256 for bytes).
+    d_model: residual width; must be divisible by `num_heads`.
+    num_layers: number of decoder blocks.
+    num_heads: query heads.
+    num_kv_heads: key/value heads (grouped-query attention); divides `num_heads`.
+    d_ff: hidden width of the SwiGLU FFN.
+    max_len: longest sequence the model is used with (RoPE has no table, this
+      only bounds `init_cache`'s default length).
+    rope_base: RoPE frequency base.
+    norm_eps: RMSNorm epsilon.
+    dtype: computation dtype (logits and softmax stay float32).
+    param_dtype: parameter dtype.
+    dense: factory `dense(features, *, name, dtype, param_dtype) -> nn.Module`.
+    ffn: factory `ffn(config, *, name) -> nn.Module`, [b, t, d] -> [b, t, d].
+  """
+  vocab_size: int = 256
+  d_model: int = 128
+  num_layers: int = 4
+  num_heads: int = 4
+  num_kv_heads: int = 2
+  d_ff: int = 384
+  max_len: int = 512
+  rope_base: float = 10_000.0
+  norm_eps: float = 1e-6
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  dense: Callable[..., nn.Module] = default_dense
+  ffn: Callable[..., nn.Module] = swiglu_ffn
+
+  def __post_init__(self):
+    for field in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff",
+                  "max_len"):
+      if getattr(self, field) < 1:
+        raise ValueError(f"TransformerConfig.{field} must be >= 1, got {getattr(self, field)}")
+    if self.d_model % self.num_heads:
+      raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f"num_heads={self.num_heads} must be divisible by num_kv_heads={self.num_kv_heads}")
+    if self.head_dim % 2:
+      raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.num_heads
+
+  def dense_module(self, features: int, name: str) -> nn.Module:
+    return self.dense(features, name=name, dtype=self.dtype, param_dtype=self.param_dtype)
+
+
+class KVCache(NamedTuple):
+  """Keys/values of every layer and the number of cached tokens per row.
+
+  k, v: [num_layers, batch, max_len, num_kv_heads, head_dim]; lengths: int32 [batch].
+  """
+  k: Array
+  v: Array
+  lengths: Array
+
+
+def init_cache(config: TransformerConfig, batch_size: int, max_len: int | None = None,
+               dtype: Any = None) -> KVCache:
+  """An empty cache for `batch_size` rows of up to `max_len` tokens each.
+
+  The caller keeps `lengths + new_tokens <= max_len` (writes past the end are
+  clamped by `lax.dynamic_update_slice` and would overwrite the last slots).
+  """
+  max_len = config.max_len if max_len is None else max_len
+  if batch_size < 1 or max_len < 1:
+    raise ValueError(f"batch_size and max_len must be >= 1, got {batch_size}, {max_len}")
+  shape = (config.num_layers, batch_size, max_len, config.num_kv_heads, config.head_dim)
+  dtype = dtype or config.dtype
+  return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
+                 jnp.zeros((batch_size,), jnp.int32))
+
+
+class RMSNorm(nn.Module):
+  """Root-mean-square layer norm, computed in float32."""
+  eps: float = 1e-6
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Float[Array, "*b d"]) -> Float[Array, "*b d"]:
+    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * scale.astype(jnp.float32)).astype(self.dtype)
+
+
+def apply_rope(x: Float[Array, "b t h d"], positions: Int[Array, "b t"],
+               base: float = 10_000.0) -> Float[Array, "b t h d"]:
+  """Rotary position embedding (rotate-half convention), in float32."""
+  half = x.shape[-1] // 2
+  freq = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angle = positions.astype(jnp.float32)[:, :, None, None] * freq  # [b, t, 1, half]
+  cos, sin = jnp.cos(angle), jnp.sin(angle)
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+class Attention(nn.Module):
+  """Causal grouped-query self-attention with RoPE and an optional KV cache."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Float[Array, "b t d"], positions: Int[Array, "b t"],
+               cache_kv: tuple[Array, Array] | None = None,
+               lengths: Int[Array, "b"] | None = None):
+    cfg = self.config
+    b, t, _ = x.shape
+    h, hkv, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = cfg.dense_module(h * dh, "q")(x).reshape(b, t, h, dh)
+    k = cfg.dense_module(hkv * dh, "k")(x).reshape(b, t, hkv, dh)
+    v = cfg.dense_module(hkv * dh, "v")(x).reshape(b, t, hkv, dh)
+    q, k = apply_rope(q, positions, cfg.rope_base), apply_rope(k, positions, cfg.rope_base)
+
+    if cache_kv is None:
+      keys, values, key_pos = k, v, positions
+    else:
+      write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i, 0, 0)))
+      keys = write(cache_kv[0], k.astype(cache_kv[0].dtype), lengths)
+      values = write(cache_kv[1], v.astype(cache_kv[1].dtype), lengths)
+      key_pos = jnp.broadcast_to(jnp.arange(keys.shape[1]), (b, keys.shape[1]))
+    # Causal in absolute positions: a query sees keys at positions <= its own,
+    # which also hides the cache's unwritten slots (they lie in the future).
+    mask = key_pos[:, None, :] <= positions[:, :, None]  # [b, t, s]
+
+    qg = q.reshape(b, t, hkv, h // hkv, dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys.astype(q.dtype)).astype(jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(dh))
+    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, values.astype(cfg.dtype)).reshape(b, t, h * dh)
+    out = cfg.dense_module(cfg.d_model, "o")(out)
+    return out, (None if cache_kv is None else (keys, values))
+
+
+class SwiGLU(nn.Module):
+  """SwiGLU FFN: down(silu(gate(x)) * up(x))."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Float[Array, "b t d"]) -> Float[Array, "b t d"]:
+    cfg = self.config
+    gate = cfg.dense_module(cfg.d_ff, "gate")(x)
+    up = cfg.dense_module(cfg.d_ff, "up")(x)
+    return cfg.dense_module(cfg.d_model, "down")(nn.silu(gate) * up)
+
+
+class Block(nn.Module):
+  """Pre-norm decoder block: x + attn(norm(x)), then x + ffn(norm(x))."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x, positions, cache_kv=None, lengths=None):
+    cfg = self.config
+    norm = lambda name: RMSNorm(cfg.norm_eps, cfg.dtype, cfg.param_dtype, name=name)
+    y, new_kv = Attention(cfg, name="attn")(norm("attn_norm")(x), positions, cache_kv, lengths)
+    x = x + y
+    x = x + cfg.ffn(cfg, name="mlp")(norm("mlp_norm")(x))
+    return x, new_kv
+
+
+class Transformer(nn.Module):
+  """Decoder-only LM. Call with int32 tokens [b, t]; returns float32 logits.
+
+  With `cache=KVCache` it returns `(logits, new_cache)` instead, new tokens
+  placed at positions `cache.lengths[i] + arange(t)` of each row `i`.
+  """
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, tokens: Int[Array | np.ndarray, "b t"], *, cache: KVCache | None = None):
+    cfg = self.config
+    if tokens.ndim != 2:
+      raise ValueError(f"tokens must be [batch, time], got shape {tokens.shape}")
+    if not jnp.issubdtype(tokens.dtype, jnp.integer):
+      raise ValueError(f"tokens must be integers, got {tokens.dtype}")
+    b, t = tokens.shape
+    if cache is None:
+      positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    else:
+      if cache.k.shape[:2] != (cfg.num_layers, b):
+        raise ValueError(f"cache holds {cache.k.shape[:2]} (layers, batch), "
+                         f"tokens need ({cfg.num_layers}, {b})")
+      if t > cache.k.shape[2]:
+        raise ValueError(f"{t} tokens do not fit a cache of length {cache.k.shape[2]}")
+      positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+
+    x = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                 name="embed")(tokens)
+    new_k, new_v = [], []
+    for i in range(cfg.num_layers):
+      layer_kv = None if cache is None else (cache.k[i], cache.v[i])
+      lengths = None if cache is None else cache.lengths
+      x, kv = Block(cfg, name=f"block_{i}")(x, positions, layer_kv, lengths)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+    x = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.param_dtype, name="final_norm")(x)
+    logits = cfg.dense_module(cfg.vocab_size, "lm_head")(x).astype(jnp.float32)
+    if cache is None:
+      return logits
+    return logits, KVCache(jnp.stack(new_k), jnp.stack(new_v), cache.lengths + t)

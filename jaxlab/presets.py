@@ -1,0 +1,23 @@
+"""Preset parsing shared by every `configs/*.py` file.
+
+Configs are selected as `--config=configs/lm.py:quick`; the part after the
+colon reaches `get_config(arg)` and is parsed here so that every experiment
+accepts the same names and fails the same clear way on a typo.
+"""
+
+PRESETS = ("smoke", "quick", "full")
+
+
+def parse_preset(arg: str | None, *, default: str = "quick",
+                 valid: tuple[str, ...] = PRESETS) -> str:
+  """Returns the preset named by `arg` (None or "" selects `default`).
+
+  Raises:
+    ValueError: if `arg` names no known preset.
+  """
+  preset = (arg or default).strip()
+  if preset not in valid:
+    raise ValueError(
+        f"Unknown config preset {preset!r}; expected one of {', '.join(valid)} "
+        "(e.g. --config=configs/lm.py:smoke).")
+  return preset

@@ -1,0 +1,30 @@
+r"""Runs the benchmarks `configs/bench_*.py` and writes their ratios as JSON.
+
+  python -m launch.bench --out=runs/bench/bench.json [--only=decode] [--preset=quick]
+
+Each benchmark times ours against a baseline side by side in this one
+process (`jaxlab.benchmarking.time_interleaved`: interleaved repeats,
+medians) and reports ratios; see `jaxlab.experiments.runner.bench`.
+"""
+
+import os
+
+from absl import app, flags, logging
+
+_OUT = flags.DEFINE_string("out", "runs/bench/bench.json", "Where to write the JSON.")
+_PRESET = flags.DEFINE_enum("preset", "quick", ["smoke", "quick", "full"], "Benchmark preset.")
+_ONLY = flags.DEFINE_list("only", [], "Run only these benchmarks (names after bench_).")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  from jaxlab.experiments.runner import bench
+  bench(_OUT.value, _PRESET.value, _ONLY.value)
+  print(f"BENCH: {os.path.abspath(_OUT.value)}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,40 @@
+r"""Runs one experiment: `python -m launch.main --config=configs/lm.py:smoke --workdir=W`.
+
+`--config` names a config file and preset (`file.py:preset`); any field can be
+overridden with `--config.a.b=value` (unknown keys are refused). The run
+resumes from `--workdir` if it holds a checkpoint. `--jax_distributed`
+initialises JAX's multi-host runtime first (one process per host).
+"""
+
+import json
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file and preset, e.g. configs/lm.py:quick.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, results.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "jax_distributed", False, "Call jax.distributed.initialize() (multi-host runs).")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  import jax
+  if _DISTRIBUTED.value:
+    jax.distributed.initialize()
+  from jaxlab import experiments
+  config = _CONFIG.value
+  logging.info("config:\n%s", config)
+  module = experiments.get(config.experiment)
+  results = module.run(config, _WORKDIR.value)
+  print(json.dumps({k: v for k, v in results.items() if k != "report"}, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

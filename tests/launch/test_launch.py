@@ -1,0 +1,87 @@
+"""The absl launcher, config overrides/errors, reproduce and bench entry points."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+from jaxlab import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _launch(*args, timeout=300):
+  return subprocess.run([sys.executable, "-m", "launch.main", *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_overrides_reach_the_config(tmp_path, monkeypatch):
+  from launch import main
+  argv = ["main", "--config=configs/lm.py:smoke", "--config.train.num_steps=7",
+          "--config.optimizer.learning_rate=0.5", f"--workdir={tmp_path}"]
+  monkeypatch.setattr(sys, "argv", argv)  # config_flags reads overrides from sys.argv
+  with flagsaver.flagsaver():
+    flags.FLAGS(argv)
+    config = main._CONFIG.value
+    assert config.preset == "smoke"
+    assert config.train.num_steps == 7 and config.optimizer.learning_rate == 0.5
+
+
+def test_unknown_key_fails_clearly(tmp_path):
+  out = _launch("--config=configs/lm.py:smoke", "--config.train.no_such_key=1",
+                f"--workdir={tmp_path}")
+  assert out.returncode != 0
+  assert "no_such_key" in out.stderr
+
+
+def test_bad_preset_fails_clearly(tmp_path):
+  out = _launch("--config=configs/lm.py:tiny", f"--workdir={tmp_path}")
+  assert out.returncode != 0
+  assert "Unknown config preset 'tiny'" in out.stderr
+
+
+def test_smoke_run_twice_resumes(tmp_path):
+  workdir = str(tmp_path / "lm")
+  first = _launch("--config=configs/lm.py:smoke", f"--workdir={workdir}")
+  assert first.returncode == 0, first.stderr[-3000:]
+  metrics_path = os.path.join(workdir, "metrics.jsonl")
+  with open(metrics_path) as f:
+    metrics_before = f.read()
+  with open(os.path.join(workdir, "results.json")) as f:
+    results_before = json.load(f)
+  assert results_before["steps"] == 40
+
+  second = _launch("--config=configs/lm.py:smoke", f"--workdir={workdir}")
+  assert second.returncode == 0, second.stderr[-3000:]
+  with open(metrics_path) as f:
+    assert f.read() == metrics_before  # no step trained (or logged) again
+  with open(os.path.join(workdir, "results.json")) as f:
+    assert json.load(f) == results_before
+  assert train.Checkpointer(workdir, every=20).latest_step() == 40
+
+
+def test_reproduce_writes_report(tmp_path):
+  from jaxlab.experiments.runner import reproduce
+  path, failures = reproduce(str(tmp_path), "smoke", ["lm"])
+  assert failures == []
+  text = open(path).read()
+  assert "| lm |" in text and "unigram" in text
+  assert os.path.exists(tmp_path / "lm" / "lm_loss.png")
+  assert "](lm/lm_loss.png)" in text
+  with pytest.raises(ValueError, match="Unknown experiments"):
+    reproduce(str(tmp_path), "smoke", ["nope"])
+
+
+def test_bench_writes_ratios(tmp_path):
+  from jaxlab.experiments.runner import bench
+  out = str(tmp_path / "bench.json")
+  bench(out, "smoke", ["decode"])
+  with open(out) as f:
+    results = json.load(f)["decode"]
+  assert results["same_tokens"] is True
+  assert results["ratios"]["recompute_over_kv_cache"] > 0
+  assert set(results["timings"]) == {"kv_cache", "recompute"}
