@@ -7,6 +7,7 @@ initialises JAX's multi-host runtime first (one process per host).
 """
 
 import json
+import os
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -27,12 +28,17 @@ def main(argv):
   import jax
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
-  from jaxlab import experiments
+  from jaxlab import experiments, report
   config = _CONFIG.value
   logging.info("config:\n%s", config)
+  if jax.process_index() == 0:  # the exact config of the run, beside its results
+    os.makedirs(_WORKDIR.value, exist_ok=True)
+    with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   module = experiments.get(config.experiment)
   results = module.run(config, _WORKDIR.value)
-  print(json.dumps({k: v for k, v in results.items() if k != "report"}, indent=1, sort_keys=True))
+  summary = {k: v for k, v in results.items() if k != "report"}
+  print(json.dumps(report.to_jsonable(summary), indent=1, sort_keys=True))
 
 
 if __name__ == "__main__":

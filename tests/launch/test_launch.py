@@ -54,6 +54,8 @@ def test_smoke_run_twice_resumes(tmp_path):
   with open(os.path.join(workdir, "results.json")) as f:
     results_before = json.load(f)
   assert results_before["steps"] == 40
+  with open(os.path.join(workdir, "config.json")) as f:
+    assert json.load(f)["train"]["num_steps"] == 40
 
   second = _launch("--config=configs/lm.py:smoke", f"--workdir={workdir}")
   assert second.returncode == 0, second.stderr[-3000:]
