@@ -16,7 +16,7 @@ import os
 from types import ModuleType
 
 # Experiments rendered by `launch/reproduce.py`, in report order.
-REGISTRY: tuple[str, ...] = ("lm",)
+REGISTRY: tuple[str, ...] = ("lm", "fp4", "oea", "ebplus", "modex", "aes")
 
 
 def get(name: str) -> ModuleType:

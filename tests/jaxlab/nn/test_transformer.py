@@ -23,6 +23,11 @@ def setup():
   return model, params, tokens
 
 
+@pytest.fixture(scope="module")
+def apply(setup):
+  return jax.jit(setup[0].apply)  # one compile per shape instead of op-by-op dispatch
+
+
 def test_shapes_and_names(setup):
   model, params, tokens = setup
   logits = model.apply({"params": params}, tokens)
@@ -34,41 +39,41 @@ def test_shapes_and_names(setup):
   assert "lm_head" in params and "embed" in params
 
 
-def test_causal(setup):
+def test_causal(setup, apply):
   model, params, tokens = setup
   changed = tokens.at[:, 8:].set((tokens[:, 8:] + 1) % 256)
-  a = model.apply({"params": params}, tokens)
-  b = model.apply({"params": params}, changed)
+  a = apply({"params": params}, tokens)
+  b = apply({"params": params}, changed)
   np.testing.assert_array_equal(a[:, :8], b[:, :8])
   assert not np.allclose(a[:, 8:], b[:, 8:])
 
 
-def test_prefill_then_decode_equals_full_forward(setup):
+def test_prefill_then_decode_equals_full_forward(setup, apply):
   model, params, tokens = setup
-  full = model.apply({"params": params}, tokens)
+  full = apply({"params": params}, tokens)
   cache = init_cache(CFG, 3, 16)
-  logits, cache = model.apply({"params": params}, tokens[:, :7], cache=cache)
+  logits, cache = apply({"params": params}, tokens[:, :7], cache=cache)
   pieces = [logits]
   for i in range(7, 12):
-    logits, cache = model.apply({"params": params}, tokens[:, i:i + 1], cache=cache)
+    logits, cache = apply({"params": params}, tokens[:, i:i + 1], cache=cache)
     pieces.append(logits)
   np.testing.assert_allclose(jnp.concatenate(pieces, 1), full, atol=ATOL, rtol=0)
   np.testing.assert_array_equal(cache.lengths, [12, 12, 12])
 
 
-def test_rows_at_different_lengths(setup):
+def test_rows_at_different_lengths(setup, apply):
   """Slot-style use: each row decodes at its own offset."""
   model, params, tokens = setup
   cache = init_cache(CFG, 2, 16)
   # Row 0 prefilled with 5 tokens, row 1 with 9: write both with per-row lengths.
-  _, c0 = model.apply({"params": params}, tokens[:1, :5], cache=init_cache(CFG, 1, 16))
-  _, c1 = model.apply({"params": params}, tokens[1:2, :9], cache=init_cache(CFG, 1, 16))
+  _, c0 = apply({"params": params}, tokens[:1, :5], cache=init_cache(CFG, 1, 16))
+  _, c1 = apply({"params": params}, tokens[1:2, :9], cache=init_cache(CFG, 1, 16))
   cache = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=1 if a.ndim > 1 else 0), c0, c1)
   cache = cache._replace(lengths=jnp.array([5, 9], jnp.int32))
   step_tokens = jnp.stack([tokens[0, 5:6], tokens[1, 9:10]])
-  logits, cache = model.apply({"params": params}, step_tokens, cache=cache)
-  full0 = model.apply({"params": params}, tokens[:1, :6])[0, -1]
-  full1 = model.apply({"params": params}, tokens[1:2, :10])[0, -1]
+  logits, cache = apply({"params": params}, step_tokens, cache=cache)
+  full0 = apply({"params": params}, tokens[:1, :6])[0, -1]
+  full1 = apply({"params": params}, tokens[1:2, :10])[0, -1]
   np.testing.assert_allclose(logits[:, 0], jnp.stack([full0, full1]), atol=ATOL, rtol=0)
   np.testing.assert_array_equal(cache.lengths, [6, 10])
 

@@ -1,0 +1,185 @@
+"""Benchmark `fp4`: XLA quantize/dequantize throughput vs a vectorized NumPy version.
+
+For every format, in one process with interleaved repeats (medians):
+  * quantize: `jaxlab.formats.quantize` (jitted XLA) vs `numpy_quantize` (the
+    same recipe in vectorized NumPy + ml_dtypes casts; its bytes are checked
+    equal to the XLA bytes), as input GB/s = float32 input bytes / time;
+  * dequantize: `jaxlab.formats.dequantize` vs `numpy_dequantize`, as GB/s of
+    the float32 output;
+  * copy: an XLA elementwise pass over a same-size float32 array (read + write,
+    `x + 1`), the bandwidth reference. `*_frac_of_copy` = copy time / op time.
+Ratios: `xla_over_numpy` = NumPy time / XLA time (a speed-up).
+"""
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import ml_dtypes
+import numpy as np
+
+from jaxlab import formats
+from jaxlab.benchmarking import time_interleaved
+
+F32 = np.float32
+FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fp8_e4m3": ("fp8_e4m3", {}),
+    "int4_g16": ("int4", {"block_size": 16}),
+    "mxfp4_floor": ("mxfp4", {"scale_rule": "floor"}),
+    "mxfp4_rceil": ("mxfp4", {"scale_rule": "rceil"}),
+    "nvfp4": ("nvfp4", {}),
+    "mixfp4": ("mixfp4", {}),
+}
+
+
+# ----------------------------------------------------------------------------- NumPy baseline
+
+
+def _e4m3(v):
+  b = np.clip(v, 0, 448).astype(F32).astype(ml_dtypes.float8_e4m3fn)
+  return b.view(np.uint8), b.astype(F32)
+
+
+def _e2m1(y):
+  return np.clip(y, -6, 6).astype(F32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+
+
+def _pack(c):
+  c = c.reshape(c.shape[0], -1, 2)
+  return (c[..., 0] | (c[..., 1] << 4)).astype(np.uint8)
+
+
+def _unpack(p):
+  return np.stack([p & 0xF, p >> 4], axis=-1).reshape(p.shape[0], -1)
+
+
+def _div0(a, b):
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.where(b > 0, a / np.where(b > 0, b, F32(1)), F32(0)).astype(F32)
+
+
+def _mul_inv(a, b):
+  with np.errstate(divide="ignore"):
+    inv = np.where(b > 0, F32(1) / np.where(b > 0, b, F32(1)), F32(0)).astype(F32)
+  return (a * inv).astype(F32)
+
+
+def numpy_quantize(x: np.ndarray, name: str) -> dict[str, np.ndarray]:
+  """The format `name` of `FORMATS` on a finite [rows, cols] float32 array, in NumPy."""
+  r, k = x.shape
+  if name in ("nvfp4", "mixfp4"):
+    xb = x.reshape(r, k // 16, 16)
+    amax = np.max(np.abs(x))
+    s_enc = F32(1) if amax == 0 else F32(min(F32(2688.0) / amax, np.finfo(F32).max))
+    s_dec = F32(1) / s_enc
+    amax_b = np.max(np.abs(xb), axis=-1)
+    sb, sv = _e4m3((amax_b * (F32(1) / F32(6))) * s_enc)
+    xs = xb * s_enc
+    codes = _e2m1(_div0(xs, sv[..., None]))
+    if name == "mixfp4":
+      sbi, svi = _e4m3((amax_b * (F32(1) / F32(7))) * s_enc)
+      y = _div0(xs, svi[..., None])
+      k_int = np.clip(np.rint(y), -7, 7)
+      ci = (np.signbit(y).astype(np.uint8) << 3) | np.abs(k_int).astype(np.uint8)
+      xf = ((codes.view(ml_dtypes.float4_e2m1fn).astype(F32) * sv[..., None]) * s_dec)
+      xi = (np.copysign(np.abs(k_int), y).astype(F32) * svi[..., None]) * s_dec
+      use_i = (np.sum((xb - xi) ** 2, -1) < np.sum((xb - xf) ** 2, -1)) & (sbi > 0)
+      codes = np.where(use_i[..., None], ci, codes)
+      sb = np.where(use_i, sbi | 0x80, sb).astype(np.uint8)
+    return {"codes": _pack(codes.reshape(r, k)), "scales": sb, "tensor_scale": s_dec}
+  if name.startswith("mxfp4"):
+    xb = x.reshape(r, k // 32, 32)
+    amax_b = np.max(np.abs(xb), axis=-1)
+    _, ex = np.frexp(amax_b)
+    f = ex - 1
+    if name == "mxfp4_floor":
+      e = f - 2
+    else:
+      e = np.where(amax_b <= F32(1.5) * np.ldexp(F32(1), f), f - 2, f - 1)
+    e = np.where(amax_b > 0, e, -127).clip(-127, 127)
+    codes = _e2m1(np.ldexp(xb, -e[..., None]).astype(F32))
+    return {"codes": _pack(codes.reshape(r, k)), "scales": (e + 127).astype(np.uint8)}
+  if name == "int4_g16":
+    xb = x.reshape(r, k // 16, 16)
+    s = np.max(np.abs(xb), axis=-1) * (F32(1) / F32(7))
+    q = np.clip(np.rint(_mul_inv(xb, s[..., None])), -7, 7).astype(np.int8)
+    return {"codes": _pack((q.reshape(r, k) & 0xF).astype(np.uint8)), "scales": s}
+  if name == "fp8_e4m3":
+    s = F32(np.max(np.abs(x)) * (F32(1) / F32(448)))
+    b = np.clip(_mul_inv(x, np.asarray(s)), -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    return {"codes": b.view(np.uint8), "scales": s}
+  raise ValueError(f"Unknown format {name!r}")
+
+
+_MIX_LUT = formats.MIX_LUT
+
+
+def numpy_dequantize(q: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> np.ndarray:
+  r, k = shape
+  if name in ("nvfp4", "mixfp4"):
+    nib = _unpack(q["codes"]).astype(np.int32)
+    flag = np.repeat(q["scales"] >> 7, 16, axis=-1).astype(np.int32)
+    vals = _MIX_LUT[(flag << 4) | nib].reshape(r, k // 16, 16)
+    sv = (q["scales"] & 0x7F).view(ml_dtypes.float8_e4m3fn).astype(F32)
+    return ((vals * sv[..., None]) * q["tensor_scale"]).reshape(r, k)
+  if name.startswith("mxfp4"):
+    vals = _MIX_LUT[_unpack(q["codes"]).astype(np.int32)].reshape(r, k // 32, 32)
+    sv = np.ldexp(F32(1), q["scales"].astype(np.int32) - 127).astype(F32)
+    return (vals * sv[..., None]).reshape(r, k)
+  if name == "int4_g16":
+    nib = _unpack(q["codes"]).astype(np.int8)
+    vals = np.where(nib >= 8, nib - 16, nib).astype(F32).reshape(r, k // 16, 16)
+    return (vals * q["scales"][..., None]).reshape(r, k)
+  return q["codes"].view(ml_dtypes.float8_e4m3fn).astype(F32) * q["scales"]
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+
+def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  rows, cols = config.rows, config.cols
+  x = jax.random.normal(jax.random.key(config.seed), (rows, cols), jnp.float32)
+  xn = np.asarray(x)
+  nbytes = xn.nbytes
+  copy = jax.jit(lambda v: v + 1.0)
+  out: dict[str, Any] = {"shape": [rows, cols], "bytes": nbytes, "formats": {}, "ratios": {}}
+  for name in config.formats:
+    fmt, opts = FORMATS[name]
+    qfn = jax.jit(functools.partial(formats.quantize, fmt=fmt, **opts))
+    q = qfn(x)
+    dfn = jax.jit(formats.dequantize)
+    qn = numpy_quantize(xn, name)
+    same = (np.array_equal(np.asarray(q.codes), qn["codes"])
+            and np.array_equal(np.asarray(q.scales), qn["scales"]))
+    deq_same = np.array_equal(np.asarray(dfn(q)), numpy_dequantize(qn, name, (rows, cols)))
+    t = time_interleaved({
+        "copy": lambda: copy(x),
+        "xla_quantize": lambda qfn=qfn: qfn(x),
+        "numpy_quantize": lambda name=name: numpy_quantize(xn, name),
+        "xla_dequantize": lambda dfn=dfn, q=q: dfn(q),
+        "numpy_dequantize": lambda qn=qn, name=name: numpy_dequantize(qn, name, (rows, cols)),
+    }, repeats=config.repeats)
+    med = {k: v["median_s"] for k, v in t.items()}
+    r = {
+        "timings": t, "same_bytes_as_numpy": bool(same), "same_dequant_as_numpy": bool(deq_same),
+        "quantize_gbps_xla": nbytes / med["xla_quantize"] / 1e9,
+        "quantize_gbps_numpy": nbytes / med["numpy_quantize"] / 1e9,
+        "dequantize_gbps_xla": nbytes / med["xla_dequantize"] / 1e9,
+        "dequantize_gbps_numpy": nbytes / med["numpy_dequantize"] / 1e9,
+        "copy_gbps": nbytes / med["copy"] / 1e9,
+        "quantize_xla_over_numpy": med["numpy_quantize"] / med["xla_quantize"],
+        "dequantize_xla_over_numpy": med["numpy_dequantize"] / med["xla_dequantize"],
+        "quantize_frac_of_copy": med["copy"] / med["xla_quantize"],
+        "dequantize_frac_of_copy": med["copy"] / med["xla_dequantize"],
+    }
+    out["formats"][name] = r
+    for key in ("quantize_xla_over_numpy", "dequantize_xla_over_numpy", "quantize_frac_of_copy",
+                "dequantize_frac_of_copy"):
+      out["ratios"][f"{name}_{key}"] = r[key]
+  if "nvfp4" in out["formats"]:
+    nv = out["formats"]["nvfp4"]
+    out["targets"] = {"nvfp4_quantize_xla_over_numpy_ge_3": nv["quantize_xla_over_numpy"] >= 3,
+                      "nvfp4_quantize_frac_of_copy_ge_0.15": nv["quantize_frac_of_copy"] >= 0.15}
+  return out

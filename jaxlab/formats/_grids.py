@@ -1,0 +1,259 @@
+"""Element and scale grids (E2M1, E1M2, E2M2, E4M3, E8M0, INT) with exact rounding.
+
+Every rounding here is plain arithmetic on float32 (floor, compare, multiply by
+powers of two built from exponent bits), so the same functions run under XLA,
+inside Pallas kernels and in interpret mode, and give bit-identical results.
+
+Codes are sign-magnitude: bit `ebits + mbits` is the sign, the low bits are the
+IEEE-style exponent/mantissa fields. The sign of a code is the sign of its
+input, so -0.1 rounds to "-0" (as a hardware or ml_dtypes cast does).
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jaxtyping import Float, UInt8
+
+_F32_MAX = float(np.finfo(np.float32).max)
+# Random bits used per stochastic rounding decision (see `round_float`).
+SR_BITS = 24
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatGrid:
+  """A small sign-magnitude floating-point grid without Inf (values saturate).
+
+  Attributes:
+    name: e.g. "e2m1".
+    ebits: exponent bits.
+    mbits: mantissa bits.
+    bias: exponent bias; the smallest normal exponent is `1 - bias`.
+    max_value: largest finite magnitude (saturation bound).
+  """
+  name: str
+  ebits: int
+  mbits: int
+  bias: int
+  max_value: float
+
+  @property
+  def emin(self) -> int:
+    return 1 - self.bias
+
+  @property
+  def nbits(self) -> int:
+    return 1 + self.ebits + self.mbits
+
+  def magnitudes(self) -> np.ndarray:
+    """All finite non-negative values in code order (float32 numpy array)."""
+    codes = np.arange(2 ** (self.ebits + self.mbits), dtype=np.int64)
+    e = codes >> self.mbits
+    m = codes & ((1 << self.mbits) - 1)
+    sub = m * 2.0 ** (self.emin - self.mbits)
+    nrm = (2 ** self.mbits + m) * 2.0 ** (e - self.bias - self.mbits)
+    vals = np.where(e == 0, sub, nrm).astype(np.float32)
+    return vals[vals <= self.max_value]
+
+
+E2M1 = FloatGrid("e2m1", 2, 1, 1, 6.0)      # ±{0,.5,1,1.5,2,3,4,6}
+E1M2 = FloatGrid("e1m2", 1, 2, 1, 1.75)     # ±k/4, k=0..7 (= INT4 ±7 / 4)
+E2M2 = FloatGrid("e2m2", 2, 2, 1, 7.0)      # ±{0,.25,...,1.75,2,2.5,3,3.5,4,5,6,7}
+E4M3 = FloatGrid("e4m3", 4, 3, 7, 448.0)    # "fn": max 448, S.1111.111 = NaN
+GRIDS = {g.name: g for g in (E2M1, E1M2, E2M2, E4M3)}
+
+
+def floor_log2(a: Array) -> Array:
+  """floor(log2(a)) for float32 a > 0 read from the exponent bits (int32).
+
+  Exact for normal floats; 0 and subnormals give -127 (callers clamp).
+  """
+  bits = jax.lax.bitcast_convert_type(a.astype(jnp.float32), jnp.int32)
+  return ((bits >> 23) & 0xFF) - 127
+
+
+def exp2i(k: Array) -> Array:
+  """2.0**k as float32 for int32 k in [-126, 127], built from exponent bits."""
+  k = jnp.clip(k, -126, 127).astype(jnp.int32)
+  return jax.lax.bitcast_convert_type((k + 127) << 23, jnp.float32)
+
+
+def _round_count(n: Array, key: Array | None) -> Array:
+  """Rounds the non-negative float32 count `n` to an integer-valued float32.
+
+  key None: round half to even. Otherwise exact stochastic rounding: up with
+  probability frac(n), decided by comparing SR_BITS random bits with the
+  fraction (exact whenever frac(n) is a multiple of 2**-SR_BITS, which holds
+  for every float32 input in a normal binade of the target grid).
+  """
+  f = jnp.floor(n)
+  r = n - f  # exact: n and f share a binade and f is an integer
+  if key is None:
+    odd = (f - 2.0 * jnp.floor(f * 0.5)) == 1.0
+    up = (r > 0.5) | ((r == 0.5) & odd)
+  else:
+    u = (jax.random.bits(key, n.shape, jnp.uint32) >> (32 - SR_BITS)).astype(jnp.float32)
+    up = u < r * float(2 ** SR_BITS)
+  return f + up.astype(jnp.float32)
+
+
+def _round_float(y: Float[Array, "*s"], grid: FloatGrid, *, key: Array | None = None
+                ) -> tuple[UInt8[Array, "*s"], Float[Array, "*s"]]:
+  """Rounds `y` onto `grid` (saturating) and returns `(codes, values)`.
+
+  Rules: round half to even (or stochastic rounding when `key` is given);
+  |y| above `grid.max_value` (including ±Inf) saturates to ±max; NaN maps to
+  +0 (the grids have no NaN). Codes are sign-magnitude uint8.
+
+  Args:
+    y: float32 values, any shape.
+    grid: the target grid, e.g. `E2M1`.
+    key: optional PRNG key for stochastic rounding.
+
+  Returns:
+    `(codes, values)`: uint8 codes and the float32 values they decode to.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> codes, vals = round_float(jnp.array([0.75, 2.5, 7.0]), E2M1)
+    >>> vals.tolist(), codes.tolist()
+    ([1.0, 2.0, 6.0], [2, 4, 7])
+  """
+  y = y.astype(jnp.float32)
+  nan = jnp.isnan(y)
+  neg = jnp.signbit(y) & ~nan
+  a = jnp.minimum(jnp.where(nan, 0.0, jnp.abs(y)), grid.max_value)
+  e = jnp.maximum(floor_log2(a), grid.emin)
+  step = exp2i(e - grid.mbits)
+  n = _round_count(a / step, key)
+  mag = n * step
+  # Re-derive the fields from the rounded magnitude (it may have moved up a binade).
+  ev = jnp.maximum(floor_log2(mag), grid.emin)
+  normal = mag >= float(2.0 ** grid.emin)
+  e_field = jnp.where(normal, ev + grid.bias, 0)
+  m_field = jnp.where(normal, mag / exp2i(ev - grid.mbits) - float(2 ** grid.mbits),
+                      mag / float(2.0 ** (grid.emin - grid.mbits)))
+  code = ((neg.astype(jnp.int32) << (grid.ebits + grid.mbits))
+          | (e_field.astype(jnp.int32) << grid.mbits) | m_field.astype(jnp.int32))
+  return code.astype(jnp.uint8), jnp.where(neg, -mag, mag)
+
+
+def _decode_float(codes: UInt8[Array, "*s"], grid: FloatGrid) -> Float[Array, "*s"]:
+  """Decodes sign-magnitude `codes` of `grid` to float32 (E4M3 NaN codes -> NaN).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> decode_float(jnp.array([7, 15], jnp.uint8), E2M1).tolist()
+    [6.0, -6.0]
+  """
+  c = codes.astype(jnp.int32)
+  width = grid.ebits + grid.mbits
+  neg = (c >> width) & 1
+  e = (c >> grid.mbits) & ((1 << grid.ebits) - 1)
+  m = (c & ((1 << grid.mbits) - 1)).astype(jnp.float32)
+  sub = m * float(2.0 ** (grid.emin - grid.mbits))
+  nrm = (m + float(2 ** grid.mbits)) * exp2i(e - grid.bias - grid.mbits)
+  mag = jnp.where(e == 0, sub, nrm)
+  val = jnp.where(neg == 1, -mag, mag)
+  if grid is E4M3 or grid.name == "e4m3":
+    val = jnp.where((c & 0x7F) == 0x7F, jnp.nan, val)
+  return val
+
+
+def _round_int(y: Float[Array, "*s"], qmax: int, *, key: Array | None = None
+              ) -> Float[Array, "*s"]:
+  """Rounds `y` to integers in [-qmax, qmax] (float32 result), RNE or SR.
+
+  Same non-finite rule as `round_float`: ±Inf saturates, NaN maps to 0.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> round_int(jnp.array([2.5, -3.5, 9.0]), 7).tolist()
+    [2.0, -4.0, 7.0]
+  """
+  y = y.astype(jnp.float32)
+  nan = jnp.isnan(y)
+  a = jnp.minimum(jnp.where(nan, 0.0, jnp.abs(y)), float(qmax))
+  n = _round_count(a, key)
+  return jnp.where(jnp.signbit(y) & ~nan, -n, n)
+
+
+# E8M0 (MX block scale): value 2**(byte - 127), byte 255 = NaN, no zero.
+E8M0_BIAS = 127
+
+
+def _decode_e8m0(scale_bytes: UInt8[Array, "*s"]) -> Float[Array, "*s"]:
+  """E8M0 bytes -> float32 2**(b-127); 255 -> NaN.
+
+  Byte 0 (2**-127) is a float32 subnormal: backends that flush denormals (XLA
+  on CPU does) return 0 for it; `quantize` only emits byte 0 for blocks whose
+  amax is below 2**-125.
+  """
+  b = scale_bytes.astype(jnp.int32)
+  k = b - E8M0_BIAS
+  val = jnp.where(k < -126, exp2i(k + 1) * 0.5, exp2i(k))
+  return jnp.where(b == 255, jnp.nan, val)
+
+
+def _lut_e2m2_codes() -> np.ndarray:
+  """(flag, nibble) -> E2M2 sign-magnitude 5-bit code, as a [2, 16] uint8 table.
+
+  flag 0: the nibble is E2M1 (s, e, m); E2M2 code is (s, e, m‖0).
+  flag 1: the nibble is E1M2/INT4 sign-magnitude k (value k/4 in E1M2, stored
+  with a 4x block scale, so its value is the integer k); E2M2 holds 0..7 exactly.
+  """
+  e2m2 = E2M2.magnitudes()
+  table = np.zeros((2, 16), np.uint8)
+  for flag, grid, mult in ((0, E2M1, 1.0), (1, E1M2, 4.0)):
+    mags = grid.magnitudes()
+    for k, v in enumerate(mags):
+      c = int(np.nonzero(e2m2 == np.float32(v * mult))[0][0])
+      table[flag, k] = c
+      table[flag, 8 + k] = 16 | c
+  return table
+
+
+MIX_E2M2_CODES = _lut_e2m2_codes()
+
+
+def _e2m2_values(codes: np.ndarray) -> np.ndarray:
+  mags = E2M2.magnitudes()
+  vals = mags[codes & 15]
+  return np.where(codes & 16, -vals, vals).astype(np.float32)
+
+
+# (flag << 4 | nibble) -> float32 value, through E2M2 (32 entries).
+MIX_LUT = _e2m2_values(MIX_E2M2_CODES).reshape(32)
+
+
+def decode_mix_e2m2(nibbles: Array, flags: Array) -> Array:
+  """Arithmetic E2M2 datapath: (flag, nibble) -> float32, no table lookup.
+
+  flag 0: E2M1 (s,e,m) -> E2M2 code (e, m<<1). flag 1: INT4/E1M2 sign-magnitude
+  k -> the E2M2 code of the integer k. Then one E2M2 decode. Equals `MIX_LUT`.
+  Works elementwise on int32 `nibbles` (0..15) and any-dtype `flags` (0/1).
+  """
+  n = nibbles.astype(jnp.int32)
+  neg = (n >> 3) == 1
+  k = n & 7
+  ki = ((k >= 1).astype(jnp.int32) + (k >= 2).astype(jnp.int32) + (k >= 4).astype(jnp.int32))
+  mi = jnp.where(ki == 3, k - 4, jnp.where(ki == 2, (k - 2) * 2, 0))
+  code = jnp.where(flags.astype(jnp.int32) == 1, (ki << 2) | mi, k << 1)
+  e = code >> 2
+  m = (code & 3).astype(jnp.float32)
+  unit = jnp.where(e == 1, 0.25, jnp.where(e == 2, 0.5, 1.0))
+  mag = jnp.where(e == 0, m * 0.25, (m + 4.0) * unit)
+  return jnp.where(neg, -mag, mag)
+
+
+# Public, jitted entry points (the private versions above are traced inline by
+# the quantizers and the Pallas kernels).
+round_float = functools.wraps(_round_float)(
+    jax.jit(_round_float, static_argnames=("grid",)))
+decode_float = functools.wraps(_decode_float)(
+    jax.jit(_decode_float, static_argnames=("grid",)))
+round_int = functools.wraps(_round_int)(jax.jit(_round_int, static_argnames=("qmax",)))
+decode_e8m0 = functools.wraps(_decode_e8m0)(jax.jit(_decode_e8m0))

@@ -1,0 +1,102 @@
+"""Drift metrics on a learning curve: degradation, recovery time, nAUC.
+
+All functions take one run's evaluation curve (returns at evaluation steps)
+and the drift level per environment step, and work in numpy (they run once,
+after training). Definitions (the paper's metric names; the exact formulas are
+a jaxlab interpretation, following the jaxlab plan):
+
+  * normalised return `n = (R - low) / (high - low)` with per-task bounds
+    (`low` ~ a random policy, `high` ~ a solved policy), so returns are
+    positive and comparable across tasks.
+  * for each abrupt change point c: `n_pre` = mean of n over evaluations in
+    `[c - pre_window * T, c)`; the post-change curve is smoothed by a trailing
+    moving average of `smooth` evaluations that starts at c;
+    degradation = `max(0, (n_pre - min_post) / n_pre)`;
+    recovery time = (first smoothed evaluation >= `threshold * n_pre`) - c, in %
+    of training steps T; if that never happens before the next change point
+    (or the end), the recovery is censored at the segment length.
+  * nAUC(steady) = mean n over evaluations whose drift level did not change
+    during the preceding `settle * T` steps; nAUC(drift) = mean n over
+    evaluations whose level changed during the preceding `drift_window * T`
+    steps.
+"""
+
+import numpy as np
+
+
+def normalize(returns, low: float | int, high: float | int) -> np.ndarray:
+  """`(returns - low) / (high - low)`; raises if `high <= low`."""
+  if not high > low:
+    raise ValueError(f"need high > low, got low={low!r}, high={high!r}")
+  return (np.asarray(returns, np.float64) - low) / (high - low)
+
+
+def change_points(levels, min_jump: float = 0.5) -> list[int]:
+  """Steps t where |level[t] - level[t-1]| > min_jump (abrupt changes)."""
+  z = np.asarray(levels, np.float64)
+  return [int(i) for i in np.nonzero(np.abs(np.diff(z)) > min_jump)[0] + 1]
+
+
+def _recent_change(levels, step, window) -> bool:
+  step, window = int(step), int(window)
+  lo = max(0, step - window)
+  seg = levels[lo:step + 1]
+  return bool(seg.max() - seg.min() > 1e-6)
+
+
+def drift_metrics(steps, curve, levels, *, pre_window: float = 0.05,
+                  smooth: int = 3, threshold: float = 0.9,
+                  settle: float = 1 / 6, drift_window: float = 0.1) -> dict:
+  """Metrics of one normalised curve.
+
+  Args:
+    steps: [E] environment step (exclusive end) of each evaluation.
+    curve: [E] normalised return at each evaluation.
+    levels: [T] drift level per environment step.
+    pre_window, smooth, threshold, settle, drift_window: see module doc.
+
+  Returns:
+    dict with "events" (one dict per change point: step, n_pre, degradation,
+    recovery_pct, recovered), "degradation" and "recovery_pct" (means over
+    events, NaN without events), "nauc_steady", "nauc_drift".
+  """
+  steps = np.asarray(steps, np.int64)
+  curve = np.asarray(curve, np.float64)
+  levels = np.asarray(levels, np.float64)
+  if steps.shape != curve.shape or steps.ndim != 1:
+    raise ValueError(f"steps and curve must be 1-D of equal length, got "
+                     f"{steps.shape} and {curve.shape}")
+  total = levels.shape[0]
+  cps = change_points(levels)
+  bounds = cps + [total]
+  events = []
+  for i, c in enumerate(cps):
+    pre = (steps > c - pre_window * total) & (steps <= c)
+    post_idx = np.nonzero((steps > c) & (steps <= bounds[i + 1]))[0]
+    if not pre.any() or post_idx.size == 0:
+      continue
+    n_pre = float(curve[pre].mean())
+    post = curve[post_idx]
+    sm = np.array([post[max(0, j - smooth + 1):j + 1].mean()
+                   for j in range(post.size)])
+    degradation = max(0.0, (n_pre - float(sm.min())) / max(n_pre, 1e-8))
+    ok = np.nonzero(sm >= threshold * n_pre)[0]
+    recovered = ok.size > 0
+    end = steps[post_idx[ok[0]]] if recovered else bounds[i + 1]
+    events.append(dict(step=c, n_pre=n_pre, degradation=degradation,
+                       recovery_pct=100.0 * (end - c) / total,
+                       recovered=bool(recovered)))
+  settle_n, drift_n = int(settle * total), int(drift_window * total)
+  steady = np.array([s >= settle_n and not _recent_change(levels, s - 1,
+                                                          settle_n)
+                     for s in steps])
+  drifting = np.array([_recent_change(levels, s - 1, drift_n) for s in steps])
+
+  def mean(x):
+    return float(x.mean()) if x.size else float("nan")
+
+  return dict(
+      events=events,
+      degradation=mean(np.array([e["degradation"] for e in events])),
+      recovery_pct=mean(np.array([e["recovery_pct"] for e in events])),
+      nauc_steady=mean(curve[steady]), nauc_drift=mean(curve[drifting]))

@@ -1,0 +1,301 @@
+"""PPO for discrete actions with a fixed or AES-scheduled entropy coefficient.
+
+Clipped-surrogate PPO with GAE (the purejaxrl layout): rollouts of
+`num_steps` in `num_envs` vectorised environments, `update_epochs` passes of
+`num_minibatches` minibatches, everything inside one `lax.scan`, so
+`jax.vmap(train)` trains many seeds (and both entropy modes, a traced int) at
+once. Truncated episodes bootstrap from the value of the final observation.
+
+Entropy modes (`ENT_MODES`):
+
+  * "fixed": `ent_coef = config.ent_coef`.
+  * "aes":   `ent_coef = lambda_t` of `aes_scheduler(config.ent_coef, ...)`,
+             updated once per rollout with its one-step TD errors
+             `r + gamma * V(s') - V(s)` (AES as the PPO entropy coefficient).
+
+Example:
+  >>> import jax
+  >>> from jaxlab.rl import envs, ppo
+  >>> cfg = ppo.PPOConfig(total_updates=4, num_evals=2)
+  >>> train = jax.jit(ppo.make_train(envs.CartPole(), cfg))
+  >>> out = train(jax.random.key(0), ppo.ent_mode_index("aes"))
+  >>> out.metrics["eval_return"].shape
+  (2,)
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+from jaxlab.rl import aes_scheduler as aes_lib
+from jaxlab.rl import envs as envs_lib
+from jaxlab.rl.drift import Drift
+
+ENT_MODES = ("fixed", "aes")
+
+
+def ent_mode_index(name: str) -> Array:
+  """The int32 index of an entropy-coefficient mode name."""
+  if name not in ENT_MODES:
+    raise ValueError(f"entropy mode must be one of {ENT_MODES}, got {name!r}")
+  return jnp.int32(ENT_MODES.index(name))
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+  """PPO settings; an update = one rollout of `num_envs * num_steps` steps."""
+  num_envs: int = 8
+  num_steps: int = 64
+  total_updates: int = 200
+  num_evals: int = 20
+  eval_envs: int = 8
+  update_epochs: int = 4
+  num_minibatches: int = 4
+  lr: float = 1e-3
+  gamma: float = 0.99
+  gae_lambda: float = 0.95
+  clip_eps: float = 0.2
+  vf_coef: float = 0.5
+  ent_coef: float = 0.01
+  max_grad_norm: float = 0.5
+  hidden: int = 64
+  aes_kappa: float = 4.0
+  aes_quantile: float = 0.9
+  aes_fast_decay: float = 0.8
+  aes_slow_decay: float = 0.98
+  aes_lambda_min: float | None = None
+  aes_lambda_max: float | None = None
+
+  @property
+  def total_env_steps(self) -> int:
+    """Vectorised environment steps = length of a drift schedule."""
+    return self.total_updates * self.num_steps
+
+  def validate(self) -> None:
+    for name in ("num_envs", "num_steps", "total_updates", "num_evals",
+                 "eval_envs", "update_epochs", "num_minibatches", "hidden"):
+      v = getattr(self, name)
+      if not (isinstance(v, int) and v >= 1):
+        raise ValueError(f"PPOConfig.{name} must be a positive int, got {v!r}")
+    if self.total_updates % self.num_evals:
+      raise ValueError(
+          f"PPOConfig.total_updates ({self.total_updates}) must be a multiple "
+          f"of num_evals ({self.num_evals})")
+    if (self.num_envs * self.num_steps) % self.num_minibatches:
+      raise ValueError("PPOConfig.num_envs * num_steps must be divisible by "
+                       f"num_minibatches ({self.num_minibatches})")
+
+  def scheduler(self) -> aes_lib.AESScheduler:
+    return aes_lib.aes_scheduler(
+        self.ent_coef, kappa=self.aes_kappa, quantile=self.aes_quantile,
+        fast_decay=self.aes_fast_decay, slow_decay=self.aes_slow_decay,
+        lambda_min=self.aes_lambda_min, lambda_max=self.aes_lambda_max)
+
+
+class ActorCritic(nn.Module):
+  """Separate tanh MLPs: returns (logits [..., num_actions], value [...])."""
+  num_actions: int
+  hidden: int = 64
+
+  @nn.compact
+  def __call__(self, obs):
+    ortho = nn.initializers.orthogonal
+    zeros = nn.initializers.zeros
+    h = obs
+    for _ in range(2):
+      h = nn.tanh(nn.Dense(self.hidden, kernel_init=ortho(math.sqrt(2)),
+                           bias_init=zeros)(h))
+    logits = nn.Dense(self.num_actions, kernel_init=ortho(0.01),
+                      bias_init=zeros)(h)
+    v = obs
+    for _ in range(2):
+      v = nn.tanh(nn.Dense(self.hidden, kernel_init=ortho(math.sqrt(2)),
+                           bias_init=zeros)(v))
+    v = nn.Dense(1, kernel_init=ortho(1.0), bias_init=zeros)(v)
+    return logits, v[..., 0]
+
+
+class PPOState(NamedTuple):
+  params: Array  # flat parameter vector
+  opt: Any
+  sched: aes_lib.AESState
+  env_state: Any
+  obs: Array
+  ep_return: Array
+  key: Array
+
+
+class TrainOutput(NamedTuple):
+  state: PPOState
+  metrics: dict[str, Array]  # each [num_evals]
+
+
+def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
+               ) -> Callable[[Array, Array], TrainOutput]:
+  """Builds `train(key, ent_mode) -> TrainOutput` (pure; jit and vmap it).
+
+  Args:
+    env: a discrete-action `jaxlab.rl.envs` environment.
+    config: `PPOConfig`.
+    drift: optional `Drift` with `config.total_env_steps` levels.
+
+  Returns:
+    `train(key, ent_mode)` with `ent_mode` from `ent_mode_index`. Metrics, one
+    entry per evaluation: "step" (vectorised env steps so far), "eval_return"
+    (greedy policy, `eval_envs` episodes under the current params),
+    "train_return", "ent_coef", "lam", "proxy", "entropy" (window means) and
+    "drift_level".
+  """
+  config.validate()
+  if not env.num_actions:
+    raise ValueError(f"PPO here needs a discrete-action env, got {env.name}")
+  if drift is not None and drift.levels.shape[0] != config.total_env_steps:
+    raise ValueError(
+        f"drift schedule has {drift.levels.shape[0]} steps, expected "
+        f"config.total_env_steps={config.total_env_steps}")
+  n, ns = config.num_envs, config.num_steps
+  net = ActorCritic(env.num_actions, config.hidden)
+  _, unravel = ravel_pytree(net.init(jax.random.key(0),
+                                     jnp.zeros((env.obs_dim,))))
+  tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                   optax.adam(config.lr, eps=1e-5))
+  sched = config.scheduler()
+  per_eval = config.total_updates // config.num_evals
+  mb = n * ns // config.num_minibatches
+  max_ep = int(env.default_params.max_steps_in_episode)
+
+  def apply(flat, obs):
+    return net.apply(unravel(flat), obs)
+
+  def params_at(t):
+    return env.default_params if drift is None else drift.params_at(t)
+
+  def init(key):
+    k_p, k_env, key = jax.random.split(key, 3)
+    flat = ravel_pytree(net.init(k_p, jnp.zeros((env.obs_dim,))))[0]
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(
+        jax.random.split(k_env, n), params_at(0))
+    return PPOState(flat, tx.init(flat), sched.init(), env_state, obs,
+                    jnp.zeros((n,)), key)
+
+  def rollout_step(s: PPOState, t):
+    key, k_act, k_env = jax.random.split(s.key, 3)
+    logits, value = apply(s.params, s.obs)
+    action = jax.random.categorical(k_act, logits)
+    logp = jax.nn.log_softmax(logits)[jnp.arange(n), action]
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(k_env, n), s.env_state, action, params_at(t))
+    _, v_final = apply(s.params, step.final_obs)
+    # Truncation is not termination: bootstrap from the final observation.
+    reward = step.reward + config.gamma * jnp.where(step.truncated, v_final, 0.)
+    done = step.terminated | step.truncated
+    ep = s.ep_return + step.reward
+    tr = dict(obs=s.obs, action=action, logp=logp, value=value, reward=reward,
+              done=done.astype(jnp.float32), ret_sum=jnp.where(done, ep, 0.0),
+              ret_cnt=done.astype(jnp.float32))
+    s = s._replace(env_state=step.state, obs=step.obs,
+                   ep_return=jnp.where(done, 0.0, ep), key=key)
+    return s, tr
+
+  def gae(traj, last_value):
+    def body(carry, x):
+      next_adv, next_value = carry
+      nonterm = 1.0 - x["done"]
+      delta = x["reward"] + config.gamma * next_value * nonterm - x["value"]
+      adv = delta + config.gamma * config.gae_lambda * nonterm * next_adv
+      return (adv, x["value"]), (adv, delta)
+
+    _, (adv, delta) = jax.lax.scan(
+        body, (jnp.zeros_like(last_value), last_value), traj, reverse=True)
+    return adv, adv + traj["value"], delta
+
+  def loss_fn(flat, batch, ent_coef):
+    logits, value = apply(flat, batch["obs"])
+    logp_all = jax.nn.log_softmax(logits)
+    logp = jnp.take_along_axis(logp_all, batch["action"][:, None], 1)[:, 0]
+    ratio = jnp.exp(logp - batch["logp"])
+    adv = batch["adv"]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg = -jnp.mean(jnp.minimum(
+        ratio * adv,
+        jnp.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * adv))
+    v_clip = batch["value"] + jnp.clip(value - batch["value"],
+                                       -config.clip_eps, config.clip_eps)
+    v_loss = 0.5 * jnp.mean(jnp.maximum((value - batch["ret"]) ** 2,
+                                        (v_clip - batch["ret"]) ** 2))
+    entropy = -jnp.mean(jnp.sum(jnp.exp(logp_all) * logp_all, -1))
+    return pg + config.vf_coef * v_loss - ent_coef * entropy, entropy
+
+  def iteration(s: PPOState, u, mode):
+    ts = u * ns + jnp.arange(ns)
+    s, traj = jax.lax.scan(rollout_step, s, ts)
+    ret_sum, ret_cnt = jnp.sum(traj.pop("ret_sum")), jnp.sum(
+        traj.pop("ret_cnt"))
+    _, last_value = apply(s.params, s.obs)
+    adv, ret, delta = gae(traj, last_value)
+    lam, sched_state = sched.update(s.sched, delta)
+    ent_coef = jnp.where(mode == 1, lam, config.ent_coef)
+    data = dict(traj, adv=adv, ret=ret)
+    data = jax.tree.map(lambda x: x.reshape((n * ns,) + x.shape[2:]), data)
+    data.pop("reward"), data.pop("done")
+
+    def epoch(carry, k):
+      flat, opt = carry
+      perm = jax.random.permutation(k, n * ns)
+      batches = jax.tree.map(
+          lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]),
+          data)
+
+      def minibatch(carry, batch):
+        flat, opt = carry
+        (_, ent), grad = jax.value_and_grad(loss_fn, has_aux=True)(
+            flat, batch, ent_coef)
+        upd, opt = tx.update(grad, opt, flat)
+        return (optax.apply_updates(flat, upd), opt), ent
+
+      return jax.lax.scan(minibatch, (flat, opt), batches)
+
+    key, k_ep = jax.random.split(s.key)
+    (flat, opt), ents = jax.lax.scan(
+        epoch, (s.params, s.opt), jax.random.split(k_ep, config.update_epochs))
+    s = s._replace(params=flat, opt=opt, sched=sched_state, key=key)
+    info = dict(ent_coef=ent_coef, lam=lam, proxy=sched_state.proxy,
+                entropy=jnp.mean(ents), ret_sum=ret_sum, ret_cnt=ret_cnt)
+    return s, info
+
+  def train(key: Array, ent_mode: Array) -> TrainOutput:
+    mode = jnp.asarray(ent_mode, jnp.int32)
+    state = init(key)
+
+    def chunk(s, c):
+      us = c * per_eval + jnp.arange(per_eval)
+      s, infos = jax.lax.scan(lambda s, u: iteration(s, u, mode), s, us)
+      t_end = (c + 1) * per_eval * ns - 1
+      key, k_eval = jax.random.split(s.key)
+      s = s._replace(key=key)
+
+      def policy(obs):
+        return jnp.argmax(apply(s.params, obs)[0], axis=-1)
+
+      ev = envs_lib.evaluate(env, params_at(t_end), policy, k_eval,
+                             config.eval_envs, max_ep)
+      cnt = jnp.sum(infos.pop("ret_cnt"))
+      tr = jnp.sum(infos.pop("ret_sum")) / jnp.maximum(cnt, 1)
+      out = {k: jnp.mean(v) for k, v in infos.items()}
+      out.update(step=t_end + 1, eval_return=ev,
+                 train_return=jnp.where(cnt > 0, tr, jnp.nan),
+                 drift_level=(0.0 if drift is None else drift.levels[t_end]))
+      return s, out
+
+    state, metrics = jax.lax.scan(chunk, state, jnp.arange(config.num_evals))
+    return TrainOutput(state, metrics)
+
+  return train

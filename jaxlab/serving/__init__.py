@@ -1,0 +1,1 @@
+"""LLM serving: step-time models, EB / MB / EB+ schedulers, simulator, tiny engine."""

@@ -1,0 +1,214 @@
+"""Public FP4 kernel API: fused NVFP4/MixFP4 quantize and dequant-matmul.
+
+`implementation`: None or "pallas" runs the Pallas kernel, "xla" the pure-jnp
+reference. `interpret`: None means interpret mode on CPU and compiled on
+GPU/TPU (`pallas_kernels._common.interpret_default`). `platform` picks the
+compiler params when lowering for another platform than the default backend
+(e.g. lowering for "tpu" or "cuda" from a CPU machine).
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.experimental import pallas as pl
+from jaxtyping import Float
+
+from jaxlab import formats
+from pallas_kernels import _common
+from pallas_kernels.fp4 import kernel, reference
+
+_FMTS = ("nvfp4", "mixfp4")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeBlockSizes:
+  """Tile of the quantize kernel: `rows` x `cols` input elements per program.
+
+  cols must be a multiple of 16 (a scale block never straddles tiles); None
+  means the whole row. On TPU a tile's last dims must be multiples of (8, 128)
+  or the full array dims: the scale output is cols/16 wide, so use the full row
+  or cols a multiple of 2048.
+  """
+  rows: int = 16
+  cols: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulBlockSizes:
+  """Tile of the dequant-matmul: out block m x n, K consumed in chunks of k.
+
+  On TPU, n must be a multiple of 128 or the full N (blocks clip to the dims).
+  """
+  m: int = 16
+  n: int = 128
+  k: int = 128
+
+
+def _tile(name: str, size: int, block: int, multiple: int = 1) -> int:
+  b = min(block, size)
+  if size % b or b % multiple:
+    raise ValueError(f"{name}: block {b} must divide the dimension {size} and be a multiple of "
+                     f"{multiple}")
+  return b
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "select_p", "block", "interpret", "platform"))
+def _quantize_pallas(x, sc, *, fmt, select_p, block, interpret, platform):
+  m, k = x.shape
+  bm = _tile("quantize rows", m, block.rows)
+  bk = _tile("quantize cols", k, block.cols or k, kernel.BLOCK)
+  return pl.pallas_call(
+      functools.partial(kernel.quantize_kernel, mix=fmt == "mixfp4", select_p=select_p),
+      out_shape=(jax.ShapeDtypeStruct((m, k // 2), jnp.uint8),
+                 jax.ShapeDtypeStruct((m, k // kernel.BLOCK), jnp.uint8)),
+      grid=(m // bm, k // bk),
+      in_specs=[pl.BlockSpec((bm, bk), lambda i, j: (i, j)),
+                pl.BlockSpec((1, 2), lambda i, j: (0, 0))],
+      out_specs=(pl.BlockSpec((bm, bk // 2), lambda i, j: (i, j)),
+                 pl.BlockSpec((bm, bk // kernel.BLOCK), lambda i, j: (i, j))),
+      compiler_params=_common.compiler_params(platform),
+      interpret=interpret, name=f"jaxlab_{fmt}_quantize")(x, sc)
+
+
+def quantize(x: Float[Array, "m k"], fmt: str = "nvfp4", *, select_p: float = 2.0,
+             block: QuantizeBlockSizes = QuantizeBlockSizes(), implementation: str | None = None,
+             interpret: bool | None = None, platform: str | None = None) -> formats.QArray:
+  """Fused NVFP4/MixFP4 quantize of a 2-D array, 16-blocks along the last axis.
+
+  One pass per tile: block amax, E4M3 scale(s), both MixFP4 candidates and the
+  selection, packed nibbles and the (flagged) scale byte. Bit-identical to
+  `jaxlab.formats.quantize(x, fmt)`; the tensor amax is one XLA reduction.
+
+  Args:
+    x: [m, k] float array, k a multiple of 16.
+    fmt: "nvfp4" or "mixfp4".
+    select_p: MixFP4 selector norm (see `jaxlab.formats.make_format`).
+    block: tile sizes.
+    implementation: None/"pallas" (kernel) or "xla" (reference).
+    interpret: None = interpret on CPU only.
+    platform: target for compiler params (None = default backend).
+
+  Returns:
+    A `jaxlab.formats.QArray` (codes [m, k/2], scales [m, k/16], axis=1).
+
+  Example:
+    >>> import jax
+    >>> x = jax.random.normal(jax.random.key(0), (16, 64))
+    >>> quantize(x, "mixfp4").codes.shape
+    (16, 32)
+  """
+  if fmt not in _FMTS:
+    raise ValueError(f"fmt must be one of {_FMTS}, got {fmt!r}")
+  if x.ndim != 2 or not jnp.issubdtype(x.dtype, jnp.floating):
+    raise ValueError(f"x must be a 2-D float array, got shape {x.shape} dtype {x.dtype}")
+  if x.shape[1] % kernel.BLOCK:
+    raise ValueError(f"x's last axis ({x.shape[1]}) must be a multiple of {kernel.BLOCK}")
+  opts = {"select_p": select_p} if fmt == "mixfp4" else {}
+  if implementation == "xla":
+    return formats.quantize(x, fmt, **opts)
+  if implementation not in (None, "pallas"):
+    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
+  xf = jnp.where(jnp.abs(x) <= np.finfo(np.float32).max, x.astype(jnp.float32), 0.0)
+  s_enc = formats.tensor_encode_scale(jnp.max(jnp.abs(xf)), 6.0)
+  s_dec = 1.0 / s_enc
+  sc = jnp.stack([s_enc, s_dec]).reshape(1, 2)
+  codes, scales = _quantize_pallas(x, sc, fmt=fmt, select_p=float(select_p), block=block,
+                                   interpret=_common.resolve_interpret(interpret),
+                                   platform=platform)
+  return formats.QArray(codes, scales, s_dec, formats.make_format(fmt, **opts), tuple(x.shape), 1)
+
+
+@functools.partial(jax.jit, static_argnames=("block", "interpret", "platform"))
+def _dequant_matmul_pallas(x, codes, scales, s_dec, *, block, interpret, platform):
+  m, k = x.shape
+  n = codes.shape[0]
+  bm = _tile("matmul m", m, block.m)
+  bn = _tile("matmul n", n, block.n)
+  bk = _tile("matmul k", k, block.k, kernel.BLOCK)
+  xe, xo = x[:, 0::2], x[:, 1::2]
+  return pl.pallas_call(
+      functools.partial(kernel.dequant_matmul_kernel, bk=bk),
+      out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+      grid=(m // bm, n // bn),
+      in_specs=[pl.BlockSpec((bm, k // 2), lambda i, j: (i, 0)),
+                pl.BlockSpec((bm, k // 2), lambda i, j: (i, 0)),
+                pl.BlockSpec((bn, k // 2), lambda i, j: (j, 0)),
+                pl.BlockSpec((bn, k // kernel.BLOCK), lambda i, j: (j, 0)),
+                pl.BlockSpec((1, 1), lambda i, j: (0, 0))],
+      out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+      compiler_params=_common.compiler_params(platform),
+      interpret=interpret, name="jaxlab_fp4_dequant_matmul")(
+          xe, xo, codes, scales, s_dec.reshape(1, 1))
+
+
+def _zero_cotangent(a):
+  if jnp.issubdtype(a.dtype, jnp.floating):
+    return jnp.zeros_like(a)
+  return np.zeros(a.shape, jax.dtypes.float0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _dequant_matmul(x, wq, block, interpret, platform):
+  return _dequant_matmul_pallas(x, wq.codes, wq.scales, wq.tensor_scale, block=block,
+                                interpret=interpret, platform=platform)
+
+
+def _dm_fwd(x, wq, block, interpret, platform):
+  return _dequant_matmul(x, wq, block, interpret, platform), (x, wq)
+
+
+def _dm_bwd(block, interpret, platform, res, g):
+  del block, interpret, platform
+  x, wq = res
+  _, vjp = jax.vjp(lambda v: reference.dequant_matmul_reference(v, wq), x)
+  (gx,) = vjp(g)
+  return gx.astype(x.dtype), jax.tree.map(_zero_cotangent, wq)
+
+
+_dequant_matmul.defvjp(_dm_fwd, _dm_bwd)
+
+
+def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
+                   block: MatmulBlockSizes = MatmulBlockSizes(), implementation: str | None = None,
+                   interpret: bool | None = None, platform: str | None = None
+                   ) -> Float[Array, "m n"]:
+  """x @ dequantize(wq) with f32 accumulation; W decoded in-kernel through E2M2.
+
+  Args:
+    x: [m, k] activations.
+    wq: an NVFP4 or MixFP4 `QArray` of a [k, n] weight quantized along axis 0
+      (`jaxlab.formats.quantize(w, fmt, axis=0)`): codes [n, k/2], scales [n, k/16].
+    block: tile sizes (m, n divide the dims; k a multiple of 16 dividing K).
+    implementation: None/"pallas" or "xla" (`reference.dequant_matmul_reference`).
+    interpret: None = interpret on CPU only.
+    platform: target for compiler params.
+
+  Returns:
+    [m, n] float32. Gradient w.r.t. x through the reference (custom_vjp).
+
+  Example:
+    >>> import jax
+    >>> from jaxlab import formats
+    >>> w = jax.random.normal(jax.random.key(0), (64, 32))
+    >>> x = jax.random.normal(jax.random.key(1), (16, 64))
+    >>> dequant_matmul(x, formats.quantize(w, "nvfp4", axis=0)).shape
+    (16, 32)
+  """
+  if not isinstance(wq, formats.QArray) or wq.fmt.name not in _FMTS:
+    raise ValueError("wq must be an nvfp4 or mixfp4 QArray")
+  if len(wq.shape) != 2 or wq.axis != 0 or wq.block_size != kernel.BLOCK:
+    raise ValueError(f"wq must be a [k, n] weight quantized along axis 0 in 16-blocks; got shape "
+                     f"{wq.shape}, axis {wq.axis}, block {wq.block_size}")
+  if x.ndim != 2 or x.shape[1] != wq.shape[0]:
+    raise ValueError(f"x must be [m, {wq.shape[0]}], got {x.shape}")
+  if wq.shape[0] % kernel.BLOCK:
+    raise ValueError(f"k={wq.shape[0]} must be a multiple of {kernel.BLOCK} (no padded weights)")
+  if implementation == "xla":
+    return reference.dequant_matmul_reference(x, wq)
+  if implementation not in (None, "pallas"):
+    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
+  return _dequant_matmul(x, wq, block, _common.resolve_interpret(interpret), platform)

@@ -1,0 +1,224 @@
+"""Public MoE kernel API: megablox-style grouped matmul and the routing kernel.
+
+`implementation`: None or "pallas" runs the Pallas kernel, "xla" the pure-jnp
+reference. `interpret`: None means interpret mode on CPU and compiled on
+GPU/TPU (`pallas_kernels._common.interpret_default`). `platform` picks the
+kernel variant and compiler params when lowering for another platform than the
+default backend ("tpu": scalar-prefetch kernel; "cuda"/"rocm"/"gpu": Triton
+kernel; None: the default backend, CPU interpret runs the TPU variant).
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jaxtyping import Bool, Float, Int
+
+from pallas_kernels import _common
+from pallas_kernels.moe import kernel, reference
+
+_GPU = ("cuda", "rocm", "gpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class GmmBlockSizes:
+  """Tiles of the grouped matmul: m rows, k contraction, n output columns.
+
+  Each is clipped to its dimension; k and n must then divide K and N (m is
+  padded). On TPU, tiles should be multiples of (8, 128) or the full dims; on
+  GPU (Triton), powers of two >= 16.
+  """
+  m: int = 128
+  k: int = 128
+  n: int = 128
+
+
+def make_group_metadata(group_sizes: Int[Array, "g"], m: int, tm: int):
+  """Megablox-style CSR metadata of the (group, m-tile) work items.
+
+  Only non-empty groups get work items; there are at most
+  `ceil(m / tm) + g - 1` of them (static bound) when `sum(group_sizes) <= m`.
+
+  Returns:
+    (offsets int32 [g + 1], group_ids int32 [W], m_tile_ids int32 [W],
+    num_work int32 [1]); items past num_work repeat the last valid one.
+  """
+  g = group_sizes.shape[0]
+  tiles_m = -(-m // tm)
+  num_items = tiles_m + g - 1
+  gs = group_sizes.astype(jnp.int32)
+  ends = jnp.cumsum(gs)
+  starts = ends - gs
+  first = starts // tm
+  ntiles = jnp.where(gs > 0, (ends - 1) // tm - first + 1, 0)
+  cum = jnp.cumsum(ntiles)
+  num_work = cum[-1]
+  w = jnp.minimum(jnp.arange(num_items, dtype=jnp.int32), jnp.maximum(num_work - 1, 0))
+  group_ids = jnp.minimum((cum[None, :] <= w[:, None]).sum(-1), g - 1).astype(jnp.int32)
+  m_tile_ids = (first[group_ids] + w - (cum - ntiles)[group_ids]).astype(jnp.int32)
+  offsets = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends])
+  return offsets, group_ids, jnp.minimum(m_tile_ids, tiles_m - 1), num_work.reshape(1)
+
+
+def _tiles(lhs, rhs, block: GmmBlockSizes):
+  m, k = lhs.shape
+  n = rhs.shape[2]
+  tm, tk, tn = min(block.m, max(m, 1)), min(block.k, k), min(block.n, n)
+  if k % tk or n % tn:
+    raise ValueError(f"gmm: block k={tk} and n={tn} must divide K={k} and N={n}")
+  return tm, tk, tn
+
+
+@functools.partial(jax.jit, static_argnames=("block", "interpret", "platform"))
+def _gmm_pallas(lhs, rhs, group_sizes, *, block, interpret, platform):
+  m, k = lhs.shape
+  g, _, n = rhs.shape
+  tm, tk, tn = _tiles(lhs, rhs, block)
+  mp = -(-m // tm) * tm
+  lhs_p = jnp.pad(lhs, ((0, mp - m), (0, 0)))
+  offsets, group_ids, m_tile_ids, num_work = make_group_metadata(group_sizes, mp, tm)
+  num_items = group_ids.shape[0]
+  out_dtype = jnp.float32
+  if (platform or jax.default_backend()) in _GPU:
+    meta = jnp.concatenate([offsets, group_ids, m_tile_ids, num_work])
+    tiles = pl.pallas_call(
+        functools.partial(kernel.gmm_gpu_kernel, tm=tm, tk=tk, tn=tn, num_k=k // tk,
+                          num_groups=g),
+        out_shape=jax.ShapeDtypeStruct((num_items, tm, n), out_dtype),
+        grid=(num_items, n // tn),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 3,
+        out_specs=pl.BlockSpec((None, tm, tn), lambda w, j: (w, 0, j)),
+        compiler_params=_common.compiler_params(platform),
+        interpret=interpret, name="jaxlab_moe_gmm_gpu")(meta, lhs_p, rhs)
+    out = jnp.zeros((mp // tm, tm, n), out_dtype).at[m_tile_ids].add(tiles).reshape(mp, n)
+  else:
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=4,
+        grid=(n // tn, num_items, k // tk),
+        in_specs=[
+            pl.BlockSpec((tm, tk), lambda j, w, kk, off, gid, mt, nw: (mt[w], kk)),
+            pl.BlockSpec((None, tk, tn), lambda j, w, kk, off, gid, mt, nw: (gid[w], kk, j)),
+        ],
+        out_specs=pl.BlockSpec((tm, tn), lambda j, w, kk, off, gid, mt, nw: (mt[w], j)),
+        scratch_shapes=[pltpu.VMEM((tm, tn), jnp.float32)])
+    out = pl.pallas_call(
+        functools.partial(kernel.gmm_kernel, tm=tm, num_k=k // tk),
+        out_shape=jax.ShapeDtypeStruct((mp, n), out_dtype),
+        grid_spec=grid_spec,
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary", "arbitrary")),
+        interpret=interpret, name="jaxlab_moe_gmm")(
+            offsets, group_ids, m_tile_ids, num_work, lhs_p, rhs)
+  # Rows past sum(group_sizes) belong to no group (zeros, as in ragged_dot);
+  # tiles no work item visits are never written by the kernel.
+  rows = jnp.arange(mp)[:, None]
+  return jnp.where(rows < offsets[-1], out, 0.0)[:m]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _gmm(lhs, rhs, group_sizes, block, interpret, platform):
+  return _gmm_pallas(lhs, rhs, group_sizes, block=block, interpret=interpret, platform=platform)
+
+
+def _gmm_fwd(lhs, rhs, group_sizes, block, interpret, platform):
+  return _gmm(lhs, rhs, group_sizes, block, interpret, platform), (lhs, rhs, group_sizes)
+
+
+def _gmm_bwd(block, interpret, platform, res, g):
+  del block, interpret, platform
+  lhs, rhs, group_sizes = res
+  _, vjp = jax.vjp(lambda a, b: reference.gmm_reference(a, b, group_sizes), lhs, rhs)
+  d_lhs, d_rhs = vjp(g)
+  return d_lhs.astype(lhs.dtype), d_rhs.astype(rhs.dtype), None
+
+
+_gmm.defvjp(_gmm_fwd, _gmm_bwd)
+
+
+def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[Array, "g"], *,
+        block: GmmBlockSizes = GmmBlockSizes(), implementation: str | None = None,
+        interpret: bool | None = None, platform: str | None = None) -> Float[Array, "m n"]:
+  """Grouped (ragged) matmul, equal to `jax.lax.ragged_dot(lhs, rhs, group_sizes)`.
+
+  Rows of `lhs` are sorted by group: rows `[s_g, s_g + group_sizes[g])` are
+  multiplied by `rhs[g]`; rows past `sum(group_sizes)` give zeros. Experts with
+  no rows are never visited, so their weights are never loaded.
+
+  Args:
+    lhs: [m, k] rows sorted by group.
+    rhs: [g, k, n] one matrix per group.
+    group_sizes: int32 [g], sum <= m.
+    block: tiles (`GmmBlockSizes`).
+    implementation: None/"pallas" (kernel) or "xla" (the reference).
+    interpret: None = interpret on CPU only.
+    platform: kernel variant / compiler params (see module docstring).
+
+  Returns:
+    [m, n] float32. The gradient (w.r.t. lhs and rhs) is the reference's
+    (custom_vjp).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> out = gmm(jnp.ones((4, 8)), jnp.ones((2, 8, 16)), jnp.array([1, 3], jnp.int32))
+    >>> out.shape
+    (4, 16)
+  """
+  if lhs.ndim != 2 or rhs.ndim != 3 or lhs.shape[1] != rhs.shape[1]:
+    raise ValueError(f"gmm: need lhs [m, k] and rhs [g, k, n], got {lhs.shape} and {rhs.shape}")
+  if group_sizes.shape != (rhs.shape[0],) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+    raise ValueError(f"gmm: group_sizes must be int [{rhs.shape[0]}], got "
+                     f"{group_sizes.dtype}{list(group_sizes.shape)}")
+  if implementation == "xla":
+    return reference.gmm_reference(lhs, rhs, group_sizes)
+  if implementation not in (None, "pallas"):
+    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
+  return _gmm(lhs, rhs, group_sizes.astype(jnp.int32), block,
+              _common.resolve_interpret(interpret), platform)
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "k", "k0", "p", "max_p", "interpret",
+                                             "platform"))
+def _route_pallas(probs, *, mode, k, k0, p, max_p, interpret, platform):
+  b, n = probs.shape
+  compiler = (_common.compiler_params(platform)
+              if (platform or jax.default_backend()) in _GPU else None)
+  mask, w = pl.pallas_call(
+      functools.partial(kernel.route_kernel, mode=mode, k=k, k0=k0, p=p, max_p=max_p),
+      out_shape=(jax.ShapeDtypeStruct((b, n), jnp.int32),
+                 jax.ShapeDtypeStruct((b, n), jnp.float32)),
+      compiler_params=compiler, interpret=interpret, name=f"jaxlab_moe_route_{mode}")(probs)
+  return mask.astype(bool), w
+
+
+def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None = None,
+          p: float = 1.0, max_p: int | None = None, implementation: str | None = None,
+          interpret: bool | None = None, platform: str | None = None
+          ) -> tuple[Bool[Array, "b n"], Float[Array, "b n"]]:
+  """Routing mask and renormalized weights of one batch, equal to `jaxlab.moe.route`.
+
+  The softmax runs in XLA (bit-identical to the reference); the kernel ranks
+  the experts and builds the top-k / pruned / OEA mask in one program holding
+  the whole batch (OEA pools the batch's base experts).
+
+  Example:
+    >>> import jax
+    >>> mask, w = route(jax.random.normal(jax.random.key(0), (8, 16)), routing="oea", k=4, k0=2)
+    >>> mask.shape
+    (8, 16)
+  """
+  if implementation == "xla":
+    return reference.route_reference(logits, routing_name=routing, k=k, k0=k0, p=p, max_p=max_p)
+  if implementation not in (None, "pallas"):
+    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
+  # Validates every argument exactly as the reference does (and is cheap to trace).
+  jax.eval_shape(lambda x: reference.route_reference(x, routing_name=routing, k=k, k0=k0, p=p,
+                                                     max_p=max_p), logits)
+  n = logits.shape[-1]
+  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+  return _route_pallas(probs, mode=routing, k=k, k0=k0 if k0 is not None else k, p=float(p),
+                       max_p=n if max_p is None else max_p,
+                       interpret=_common.resolve_interpret(interpret), platform=platform)

@@ -1,0 +1,93 @@
+"""Tests for the AES scheduler: the square-root rule, clips, tracker, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.rl import aes_scheduler as aes
+
+
+def test_lambda_monotone_and_clipped():
+  d = jnp.linspace(0.0, 100.0, 2001)
+  lam = np.asarray(aes.lambda_from_proxy(d, 0.1, kappa=4.0, lambda_min=0.05,
+                                         lambda_max=1.0))
+  assert np.all(np.diff(lam) >= 0)
+  assert lam.min() >= 0.05 - 1e-7 and lam.max() <= 1.0 + 1e-7
+  assert lam[0] == pytest.approx(0.1)       # lambda_0 at zero drift
+  assert lam[-1] == pytest.approx(1.0)      # clipped at lambda_max
+  # Negative proxies count as zero; lambda_min clips from below.
+  assert float(aes.lambda_from_proxy(jnp.float32(-3.0), 0.1)) == pytest.approx(
+      0.1)
+  assert float(aes.lambda_from_proxy(jnp.float32(0.0), 0.1, lambda_min=0.2,
+                                     lambda_max=0.5)) == pytest.approx(0.2)
+
+
+def test_lambda_square_root_in_mid_range():
+  # Away from both clips, lambda^2 is affine in d with slope lambda_0^2 kappa,
+  # and quadrupling a large proxy doubles lambda.
+  lam0, kappa = 0.1, 4.0
+  d = jnp.array([1.0, 2.0, 5.0, 10.0, 20.0])
+  lam = np.asarray(aes.lambda_from_proxy(d, lam0, kappa=kappa, lambda_max=100.))
+  np.testing.assert_allclose(lam ** 2, lam0 ** 2 * (1 + kappa * np.asarray(d)),
+                             rtol=1e-5)
+  big = aes.lambda_from_proxy(jnp.array([1e4, 4e4]), lam0, kappa=kappa,
+                              lambda_max=1e6)
+  assert float(big[1] / big[0]) == pytest.approx(2.0, rel=1e-4)
+
+
+def test_tracker_reacts_to_td_jump_and_decays():
+  sched = aes.aes_scheduler(0.1, fast_decay=0.9, slow_decay=0.99)
+  update = jax.jit(sched.update)
+  state = sched.init()
+  key = jax.random.key(0)
+  for _ in range(200):  # stationary TD errors: lambda stays at lambda_0
+    key, k = jax.random.split(key)
+    lam, state = update(state, jax.random.normal(k, (64,)))
+  assert float(lam) < 0.12
+  lams = []
+  for _ in range(30):  # TD errors jump 5x: proxy and lambda rise
+    key, k = jax.random.split(key)
+    lam, state = update(state, 5.0 * jax.random.normal(k, (64,)))
+    lams.append(float(lam))
+  assert max(lams) > 0.2
+  for _ in range(2000):  # stationary again: the slow EMA catches up
+    key, k = jax.random.split(key)
+    lam, state = update(state, 5.0 * jax.random.normal(k, (64,)))
+  assert float(lam) < 0.12
+  assert int(state.count) == 2230
+
+
+def test_tracker_ignores_nonfinite_and_vmaps():
+  sched = aes.aes_scheduler(0.1)
+  state = sched.init()
+  lam, state = sched.update(state, jnp.array([1.0, jnp.nan, jnp.inf, 2.0]))
+  assert np.isfinite(float(state.fast)) and int(state.count) == 1
+  lam2, state2 = sched.update(state, jnp.full((4,), jnp.nan))
+  assert int(state2.count) == 1 and float(lam2) == float(lam)
+  states = jax.vmap(lambda _: sched.init())(jnp.arange(3))
+  lams, _ = jax.vmap(sched.update)(states, jnp.ones((3, 8)))
+  assert lams.shape == (3,)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(lambda_0=0.0), "lambda_0"),
+    (dict(lambda_0=-1.0), "lambda_0"),
+    (dict(lambda_0=0.1, kappa=-1.0), "kappa"),
+    (dict(lambda_0=0.1, quantile=0.0), "quantile"),
+    (dict(lambda_0=0.1, quantile=1.5), "quantile"),
+    (dict(lambda_0=0.1, fast_decay=0.999, slow_decay=0.99), "fast_decay"),
+    (dict(lambda_0=0.1, slow_decay=1.0), "slow_decay"),
+    (dict(lambda_0=0.1, lambda_min=0.6, lambda_max=0.5), "lambda_min"),
+    (dict(lambda_0=0.1, lambda_min=0.0, lambda_max=0.05), "lambda_0 <= lambda_max"),
+    (dict(lambda_0=0.1, eps=0.0), "eps"),
+])
+def test_invalid_settings_raise(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    aes.aes_scheduler(**kwargs)
+
+
+def test_empty_td_errors_raise():
+  sched = aes.aes_scheduler(0.1)
+  with pytest.raises(ValueError, match="td_errors"):
+    sched.update(sched.init(), jnp.zeros((0,)))

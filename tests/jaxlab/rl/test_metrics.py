@@ -1,0 +1,39 @@
+"""Drift metrics on hand-built curves."""
+
+import numpy as np
+import pytest
+
+from jaxlab.rl import metrics
+
+
+def test_recovery_and_degradation_on_a_synthetic_curve():
+  total = 1000
+  levels = np.zeros(total)
+  levels[500:] = 1.0
+  steps = np.arange(50, 1001, 50)            # 20 evaluations
+  curve = np.full(20, 0.8)
+  curve[10:] = [0.2, 0.3, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8]
+  m = metrics.drift_metrics(steps, curve, levels, smooth=1, threshold=0.9)
+  (ev,) = m["events"]
+  assert ev["step"] == 500 and ev["n_pre"] == pytest.approx(0.8)
+  assert ev["degradation"] == pytest.approx(0.75)
+  # First evaluation >= 0.72 is at step 700 (value 0.8): 200 steps = 20 %.
+  assert ev["recovery_pct"] == pytest.approx(20.0) and ev["recovered"]
+  assert m["nauc_drift"] == pytest.approx(np.mean([0.2, 0.3]))
+
+
+def test_censored_recovery_counts_the_segment():
+  levels = np.r_[np.zeros(500), np.ones(500)]
+  steps = np.arange(100, 1001, 100)
+  curve = np.r_[np.full(5, 1.0), np.full(5, 0.1)]
+  ev = metrics.drift_metrics(steps, curve, levels, smooth=1)["events"][0]
+  assert not ev["recovered"] and ev["recovery_pct"] == pytest.approx(50.0)
+
+
+def test_normalize_and_errors():
+  np.testing.assert_allclose(metrics.normalize([-1600, -100], -1600, -100),
+                             [0, 1])
+  with pytest.raises(ValueError, match="high > low"):
+    metrics.normalize([0], 1.0, 1.0)
+  with pytest.raises(ValueError, match="1-D"):
+    metrics.drift_metrics(np.arange(3), np.zeros(4), np.zeros(10))

@@ -1,0 +1,107 @@
+"""FP4 Pallas kernels vs their jnp references (interpret mode) and cross-lowering."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab import formats
+from pallas_kernels import fp4
+from pallas_kernels._common import interpret_default
+
+
+def _special_input():
+  x = np.array(jax.random.normal(jax.random.key(0), (32, 256)), np.float32)
+  x[1, :16] = 0.0
+  x[2, :16] = [.25, .75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2  # E2M1 ties (block amax 6)
+  x[3, 5], x[3, 40], x[4, 0] = np.inf, -np.inf, np.nan
+  x[5] *= 1e-4
+  x[6, :16] = np.arange(-7, 9)  # an integer-friendly (E1M2) block
+  return x
+
+
+def _assert_qarray_equal(a, b):
+  assert a.fmt == b.fmt and a.shape == b.shape and a.axis == b.axis
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+def test_interpret_default_on_cpu():
+  assert jax.default_backend() != "cpu" or interpret_default()
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mixfp4"])
+@pytest.mark.parametrize("block", [fp4.QuantizeBlockSizes(16, None),
+                                   fp4.QuantizeBlockSizes(8, 64)], ids=["fullrow", "tiled"])
+def test_quantize_kernel_bit_exact(fmt, block):
+  x = jnp.asarray(_special_input())
+  got = fp4.quantize(x, fmt, block=block)
+  _assert_qarray_equal(got, fp4.quantize_reference(x, fmt))
+  if fmt == "mixfp4":
+    assert 0.1 < float(got.e1m2_fraction()) < 0.9
+  np.testing.assert_array_equal(np.asarray(formats.dequantize(got)),
+                                np.asarray(formats.dequantize(formats.quantize(x, fmt))))
+
+
+@pytest.mark.slow
+def test_quantize_kernel_bf16_and_xla_switch():
+  x = jax.random.normal(jax.random.key(1), (16, 128)).astype(jnp.bfloat16)
+  _assert_qarray_equal(fp4.quantize(x, "mixfp4"), fp4.quantize(x, "mixfp4", implementation="xla"))
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mixfp4"])
+def test_dequant_matmul_matches_reference(fmt):
+  x = jax.random.normal(jax.random.key(2), (32, 256))
+  w = jax.random.normal(jax.random.key(3), (256, 64)) * 0.1
+  wq = formats.quantize(w, fmt, axis=0)
+  ref = fp4.dequant_matmul_reference(x, wq)
+  # Tiles: (m 16, n 64 = full N, K in one chunk) for nvfp4; a K loop of 4 chunks
+  # and a 4 x 2 grid for mixfp4.
+  block = fp4.MatmulBlockSizes() if fmt == "nvfp4" else fp4.MatmulBlockSizes(m=8, n=32, k=64)
+  out = fp4.dequant_matmul(x, wq, block=block)
+  assert out.shape == (32, 64) and out.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_dequant_matmul_bf16_activations():
+  x = jax.random.normal(jax.random.key(2), (32, 256)).astype(jnp.bfloat16)
+  wq = formats.quantize(jax.random.normal(jax.random.key(3), (256, 64)), "mixfp4", axis=0)
+  np.testing.assert_allclose(np.asarray(fp4.dequant_matmul(x, wq)),
+                             np.asarray(fp4.dequant_matmul_reference(x, wq)), rtol=1e-5, atol=1e-5)
+
+
+def test_dequant_matmul_grad_matches_reference():
+  x = jax.random.normal(jax.random.key(4), (16, 128))
+  wq = formats.quantize(jax.random.normal(jax.random.key(5), (128, 32)), "mixfp4", axis=0)
+  g = jax.grad(lambda v: jnp.sum(fp4.dequant_matmul(v, wq) ** 2))(x)
+  gr = jax.grad(lambda v: jnp.sum(fp4.dequant_matmul_reference(v, wq) ** 2))(x)
+  np.testing.assert_allclose(np.asarray(g), np.asarray(gr), rtol=1e-4, atol=1e-4)
+
+
+def test_kernel_errors():
+  x = jnp.ones((16, 64))
+  with pytest.raises(ValueError, match="fmt must be one of"):
+    fp4.quantize(x, "mxfp4")
+  with pytest.raises(ValueError, match="multiple of 16"):
+    fp4.quantize(jnp.ones((16, 40)), "nvfp4")
+  with pytest.raises(ValueError, match="must divide"):
+    fp4.quantize(jnp.ones((12, 64)), "nvfp4", block=fp4.QuantizeBlockSizes(8, None))
+  wq_rows = formats.quantize(jnp.ones((64, 32)), "nvfp4", axis=1)
+  with pytest.raises(ValueError, match="along axis 0"):
+    fp4.dequant_matmul(x, wq_rows)
+  with pytest.raises(ValueError, match="x must be"):
+    fp4.dequant_matmul(jnp.ones((16, 32)), formats.quantize(jnp.ones((64, 32)), "nvfp4", axis=0))
+
+
+@pytest.mark.parametrize("platform,marker", [("tpu", "tpu_custom_call"), ("cuda", "triton")])
+def test_kernels_lower_for_tpu_and_gpu_from_cpu(platform, marker):
+  xs = jax.ShapeDtypeStruct((32, 256), jnp.float32)
+  for fmt in ("nvfp4", "mixfp4"):
+    low = jax.jit(lambda x, f=fmt: fp4.quantize(x, f, interpret=False, platform=platform).codes
+                  ).trace(xs).lower(lowering_platforms=(platform,))
+    assert marker in low.as_text()
+    wq = formats.quantize(jnp.ones((256, 128)), fmt, axis=0)
+    low = jax.jit(lambda x, q: fp4.dequant_matmul(x, q, interpret=False, platform=platform)
+                  ).trace(xs, wq).lower(lowering_platforms=(platform,))
+    assert marker in low.as_text()
