@@ -283,3 +283,19 @@ def evaluate(env, params: Any, policy: Any, key: Array, num_envs: int,
   (_, _, ret, _), _ = jax.lax.scan(body, init,
                                    jax.random.split(k_step, num_steps))
   return jnp.mean(ret)
+
+
+def summarize_chunk(infos: dict, eval_return, t_end, drift_level) -> dict:
+  """Metrics of one training chunk between two evaluations (SAC and PPO alike).
+
+  `infos` holds per-step means plus `ret_sum`/`ret_cnt` of finished training
+  episodes; `train_return` is NaN when no episode finished in the chunk (a
+  documented marker, never averaged into results).
+  """
+  infos = dict(infos)
+  cnt = jnp.sum(infos.pop("ret_cnt"))
+  train_return = jnp.sum(infos.pop("ret_sum")) / jnp.maximum(cnt, 1)
+  out = {k: jnp.mean(v) for k, v in infos.items()}
+  out.update(step=t_end + 1, eval_return=eval_return,
+             train_return=jnp.where(cnt > 0, train_return, jnp.nan), drift_level=drift_level)
+  return out

@@ -287,13 +287,8 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
 
       ev = envs_lib.evaluate(env, params_at(t_end), policy, k_eval,
                              config.eval_envs, max_ep)
-      cnt = jnp.sum(infos.pop("ret_cnt"))
-      tr = jnp.sum(infos.pop("ret_sum")) / jnp.maximum(cnt, 1)
-      out = {k: jnp.mean(v) for k, v in infos.items()}
-      out.update(step=t_end + 1, eval_return=ev,
-                 train_return=jnp.where(cnt > 0, tr, jnp.nan),
-                 drift_level=(0.0 if drift is None else drift.levels[t_end]))
-      return s, out
+      return s, envs_lib.summarize_chunk(
+          infos, ev, t_end, 0.0 if drift is None else drift.levels[t_end])
 
     state, metrics = jax.lax.scan(chunk, state, jnp.arange(config.num_evals))
     return TrainOutput(state, metrics)
