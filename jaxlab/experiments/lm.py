@@ -11,6 +11,7 @@ import math
 import os
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -63,8 +64,17 @@ def eval_bits_per_byte(model: Transformer, params: Any, tokens: np.ndarray, *, b
 
 
 def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transformer | None = None,
-             tx: optax.GradientTransformation | None = None):
+             tx: optax.GradientTransformation | None = None, loss_fn=None):
   """Trains (or resumes) the LM of `config` in `workdir`.
+
+  Args:
+    config: an `lm`-style config (data, model, train, optimizer, mesh; val
+      bits/byte is logged every `train.eval_every` steps when that key exists).
+    workdir: checkpoints and metrics.
+    model: the decoder (default `make_model(config)`), e.g. with an MoE FFN.
+    tx: the optimizer (default `make_optimizer`).
+    loss_fn: `loss(params, batch, rng) -> (loss, metrics)` (default
+      `next_byte_loss(model)`), e.g. adding an auxiliary loss.
 
   Returns:
     (model, final TrainState, corpus).
@@ -80,13 +90,14 @@ def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transfor
     raise ValueError(f"train.batch_size={t.batch_size} must be divisible by the data*fsdp "
                      f"mesh size {shards}")
   init_tokens = jnp.zeros((1, t.seq_len), jnp.int32)
-  params = model.init(jax.random.key(config.seed), init_tokens)["params"]
+  # Partition-annotated params (e.g. MoE experts on 'expert') are stored as plain arrays.
+  params = nn.meta.unbox(model.init(jax.random.key(config.seed), init_tokens)["params"])
   state = train.create_train_state(params, tx, seed=config.seed)
   state_sharding = train.state_sharding(state, mesh, fsdp=config.mesh.fsdp_params)
   batch_sharding = train.batch_sharding(mesh)
   state = jax.device_put(state, state_sharding)
-  step = train.make_train_step(next_byte_loss(model), tx, state_sharding=state_sharding,
-                               batch_sharding=batch_sharding)
+  step = train.make_train_step(loss_fn or next_byte_loss(model), tx,
+                               state_sharding=state_sharding, batch_sharding=batch_sharding)
 
   def batch_fn(i):
     batch = data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len,
@@ -98,9 +109,11 @@ def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transfor
         model, params, corpus.val, batch_size=config.eval.batch_size, seq_len=t.seq_len,
         num_batches=config.eval.num_batches, seed=config.eval.seed)}
 
+  has_eval = t.get("eval_every") is not None
   state = train.train_loop(state, step, batch_fn, num_steps=t.num_steps, workdir=workdir,
                            checkpoint_every=t.checkpoint_every, log_every=t.log_every,
-                           eval_fn=eval_fn, eval_every=t.eval_every, desc="lm")
+                           eval_fn=eval_fn if has_eval else None,
+                           eval_every=t.eval_every if has_eval else 0, desc=config.experiment)
   return model, state, corpus
 
 

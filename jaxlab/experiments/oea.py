@@ -16,18 +16,16 @@ eval.min_t_cut against vanilla with val CE at most eval.max_ce_increase
 
 import dataclasses
 import functools
-import os
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
 
-from jaxlab import data, moe, report, train
-from jaxlab.experiments.lm import make_model, make_optimizer
+from jaxlab import data, moe, report
+from jaxlab.experiments import lm
 
 
 def make_moe_model(config: ml_collections.ConfigDict, *, routing: str = "topk",
@@ -36,7 +34,7 @@ def make_moe_model(config: ml_collections.ConfigDict, *, routing: str = "topk",
   m = config.moe
   ffn = moe.MoEFFN(num_experts=m.num_experts, k=m.k, d_ff=m.d_ff, routing=routing, k0=k0,
                    impl=m.impl)
-  return make_model(config, ffn=ffn)
+  return lm.make_model(config, ffn=ffn)
 
 
 def moe_lm_loss(model, aux_weight: float):
@@ -52,30 +50,10 @@ def moe_lm_loss(model, aux_weight: float):
 
 
 def train_moe_lm(config: ml_collections.ConfigDict, workdir: str):
-  """Trains (or resumes) the MoE LM in `workdir`. Returns (params, corpus)."""
-  corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
+  """Trains (or resumes) the MoE LM in `workdir` with the `lm` pipeline. Returns (params, corpus)."""
   model = make_moe_model(config)
-  t = config.train
-  tx = make_optimizer(config, t.num_steps)
-  mesh = train.make_mesh({k: config.mesh[k] for k in train.AXES})
-  init_tokens = jnp.zeros((1, t.seq_len), jnp.int32)
-  # Params carry ('expert', None, None) partition names; the state stores plain arrays.
-  params = nn.meta.unbox(model.init(jax.random.key(config.seed), init_tokens)["params"])
-  state = train.create_train_state(params, tx, seed=config.seed)
-  state_sharding = train.state_sharding(state, mesh, fsdp=config.mesh.fsdp_params)
-  batch_sharding = train.batch_sharding(mesh)
-  state = jax.device_put(state, state_sharding)
-  step = train.make_train_step(moe_lm_loss(model, config.moe.aux_weight), tx,
-                               state_sharding=state_sharding, batch_sharding=batch_sharding)
-
-  def batch_fn(i):
-    batch = data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len,
-                          seed=config.seed)
-    return jax.device_put(batch, batch_sharding)
-
-  state = train.train_loop(state, step, batch_fn, num_steps=t.num_steps, workdir=workdir,
-                           checkpoint_every=t.checkpoint_every, log_every=t.log_every,
-                           desc="oea")
+  _, state, corpus = lm.train_lm(config, workdir, model=model,
+                                 loss_fn=moe_lm_loss(model, config.moe.aux_weight))
   return state.params, corpus
 
 
