@@ -100,6 +100,34 @@ class PPOConfig:
         lambda_min=self.aes_lambda_min, lambda_max=self.aes_lambda_max)
 
 
+def orthogonal_init(scale: float = 1.0):
+  """A Haar-orthogonal kernel initializer (as `nn.initializers.orthogonal`) in plain jnp.
+
+  The `[rows, cols]` kernel is the Q factor, with a positive-diagonal R, of a
+  standard normal matrix, computed by twice-iterated Gram-Schmidt rather than
+  LAPACK: XLA:CPU runs batched LAPACK QR (what `vmap` over seeds makes of the
+  stock initializer) on its intra-op thread pool, and two of them at once can
+  deadlock a 2-thread pool.
+  """
+  def init(key, shape, dtype=jnp.float32):
+    if len(shape) != 2:
+      raise ValueError(f"orthogonal_init needs a 2-D kernel shape, got {shape}")
+    rows, cols = shape
+    tall = rows >= cols
+    m, k = (rows, cols) if tall else (cols, rows)
+    a = jax.random.normal(key, (m, k), jnp.float32)
+
+    def column(j, q):
+      v = a[:, j]
+      for _ in range(2):  # "twice is enough" for orthogonality in float32
+        v = v - q @ (q.T @ v)
+      return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+    q = jax.lax.fori_loop(0, k, column, jnp.zeros((m, k), jnp.float32))
+    return (scale * (q if tall else q.T)).astype(dtype)
+  return init
+
+
 class ActorCritic(nn.Module):
   """Separate tanh MLPs: returns (logits [..., num_actions], value [...])."""
   num_actions: int
@@ -107,7 +135,7 @@ class ActorCritic(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    ortho = nn.initializers.orthogonal
+    ortho = orthogonal_init
     zeros = nn.initializers.zeros
     h = obs
     for _ in range(2):

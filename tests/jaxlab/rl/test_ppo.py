@@ -57,3 +57,23 @@ def test_ppo_solves_stationary_cartpole():
   print(f"PPO CartPole: final mean return {final:.1f} "
         f"(per seed {ret[:, -3:].mean(1)}) in {time.time() - t0:.1f} s")
   assert final >= 475
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 2)])
+def test_orthogonal_init_is_the_sign_fixed_qr_factor(shape):
+  key = jax.random.key(3)
+  w = np.asarray(ppo.orthogonal_init(2.0)(key, shape))
+  assert w.shape == shape and w.dtype == np.float32
+  small = min(shape)
+  gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
+  np.testing.assert_allclose(gram, 4.0 * np.eye(small), atol=1e-5)
+  # Same draw through LAPACK QR with R's diagonal made positive (Haar measure).
+  a = np.asarray(jax.random.normal(key, (max(shape), small)), np.float64)
+  q, r = np.linalg.qr(a)
+  q = q * np.sign(np.diag(r))
+  np.testing.assert_allclose(w, 2.0 * (q if shape[0] >= shape[1] else q.T), atol=1e-5)
+
+
+def test_orthogonal_init_rejects_non_matrix_shapes():
+  with pytest.raises(ValueError, match="2-D"):
+    ppo.orthogonal_init()(jax.random.key(0), (3, 4, 5))
