@@ -138,7 +138,8 @@ def simulate(scheduler: Scheduler, backend: Backend,
              workload: Workload | Sequence[Phase], *, concurrency: int | None = None,
              num_requests: int | None = None, seed: int = 0, capacity: int = 10**9,
              num_slots: int | None = None, warmup_frac: float | int = 0.2, mb_share: str = "window",
-             share_ema: float | int = 0.02, max_steps: int = 10**7) -> SimResult:
+             share_ema: float | int = 0.02, max_steps: int = 10**7, warmup_requests: int | None = None,
+             keep_loaded: bool = False) -> SimResult:
   """Runs a closed-loop server until `num_requests` requests have completed.
 
   Args:
@@ -155,6 +156,13 @@ def simulate(scheduler: Scheduler, backend: Backend,
     capacity: KV cache capacity in tokens.
     num_slots: server slots (default: the scheduler's max_num_seqs, else c).
     warmup_frac: fraction of completions excluded from `throughput`.
+    warmup_requests: completions excluded from `throughput` (overrides
+      `warmup_frac`). A closed loop that starts with c simultaneous requests
+      needs a few times c completions to lose that synchronised start.
+    keep_loaded: keep submitting past `num_requests` (from an extra pool of
+      `max concurrency` requests of the last phase) so the server stays at its
+      concurrency until the last measured completion; without it the run ends
+      by draining, and a short run's throughput is mostly that tail.
     mb_share: how a `LinearStepModel` prices MB steps: "window" uses the decode
       share of recently processed tokens (`TokenShare`: token-weighted EMAs,
       weight `share_ema` per step) as the workload share r of beta_MB^e(r);
@@ -183,10 +191,14 @@ def simulate(scheduler: Scheduler, backend: Backend,
     raise ValueError(f"warmup_frac must lie in [0, 1), got {warmup_frac}")
   if mb_share not in MB_SHARES:
     raise ValueError(f"mb_share must be one of {MB_SHARES}, got {mb_share!r}")
+  if warmup_requests is not None and warmup_requests < 0:
+    raise ValueError(f"warmup_requests must be >= 0, got {warmup_requests}")
   rng = np.random.default_rng(seed)
   bounds = np.cumsum([p.requests for p in phases])
   total = int(bounds[-1])
   lengths = [p.workload.sample(rng, p.requests) for p in phases]
+  if keep_loaded:
+    lengths.append(phases[-1].workload.sample(rng, max(p.concurrency for p in phases)))
   prompts = np.concatenate([l[0] for l in lengths])
   outs = np.concatenate([l[1] for l in lengths])
   conc = [p.concurrency for p in phases]
@@ -198,9 +210,10 @@ def simulate(scheduler: Scheduler, backend: Backend,
   t = 0.0
   share = None
   window = TokenShare(share_ema)
-  finish_t = np.zeros(total)
-  first_t = np.full(total, np.nan)
-  submit_t = np.zeros(total)
+  pool = len(prompts)
+  finish_t = np.full(pool, np.nan)
+  first_t = np.full(pool, np.nan)
+  submit_t = np.zeros(pool)
   occ_sum = 0.0
   steps = eb_steps = 0
 
@@ -209,7 +222,7 @@ def simulate(scheduler: Scheduler, backend: Backend,
 
   def top_up():
     nonlocal submitted
-    while submitted < total and state.num_active + state.num_waiting < target(completed):
+    while submitted < pool and state.num_active + state.num_waiting < target(completed):
       state.submit(submitted, int(prompts[submitted]), int(outs[submitted]))
       submit_t[submitted] = t
       submitted += 1
@@ -248,16 +261,19 @@ def simulate(scheduler: Scheduler, backend: Backend,
       top_up()
     else:
       scheduler.observe(state, prompts[:0], outs[:0])
-  order = np.argsort(finish_t, kind="stable")
-  warm = int(warmup_frac * total)
+  fin = np.flatnonzero(np.isfinite(finish_t))
+  order = fin[np.argsort(finish_t[fin], kind="stable")]
+  warm = int(warmup_frac * total) if warmup_requests is None else int(warmup_requests)
+  if warm >= order.size:
+    raise ValueError(f"the warm-up ({warm} completions) leaves none of the {order.size} to measure")
   t0 = finish_t[order[warm - 1]] if warm > 0 else 0.0
   meas = order[warm:]
   window = max(t - t0, 1e-12)
   tokens = float((prompts[meas] + outs[meas]).sum())
-  ttft = float(np.nanmean(first_t - submit_t))
-  tpot = float(np.nanmean((finish_t - first_t) / np.maximum(outs - 1, 1)))
+  ttft = float(np.nanmean(first_t[fin] - submit_t[fin]))
+  tpot = float(np.nanmean((finish_t[fin] - first_t[fin]) / np.maximum(outs[fin] - 1, 1)))
   return SimResult(throughput=float(tokens / window), rps=float(len(meas) / window),
-                   overall_throughput=float((prompts + outs).sum()) / max(t, 1e-12), duration=t,
+                   overall_throughput=float((prompts[fin] + outs[fin]).sum()) / max(t, 1e-12), duration=t,
                    steps=steps, completed=completed, preemptions=state.preemptions,
                    eb_step_share=eb_steps / max(steps, 1), mean_occupancy=occ_sum / max(steps, 1),
                    ttft_mean=ttft if math.isfinite(ttft) else float("nan"), tpot_mean=tpot)

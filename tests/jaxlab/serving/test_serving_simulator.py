@@ -39,6 +39,28 @@ def test_eb_batch_of_four_in_lockstep():
   assert r.duration == pytest.approx(want, rel=1e-12)
 
 
+def test_keep_loaded_holds_concurrency_to_the_end():
+  # c = N = 4, 6 completions, the first 4 are warm-up. Draining: the second
+  # cohort has only the 2 remaining requests. Kept loaded: it is a full cohort
+  # of 4 (two from the extra pool), all measured.
+  cohort = lambda n: M.prefill_time(100 * n) + 10 * M.decode_time(n)
+  drained = simulator.simulate(S.EBScheduler(M, 4, 4096), M, FIXED, concurrency=4, num_requests=6,
+                               warmup_requests=4)
+  assert drained.duration == pytest.approx(cohort(4) + cohort(2), rel=1e-12)
+  assert drained.throughput == pytest.approx(2 * 110 / cohort(2), rel=1e-12)
+  loaded = simulator.simulate(S.EBScheduler(M, 4, 4096), M, FIXED, concurrency=4, num_requests=6,
+                              warmup_requests=4, keep_loaded=True)
+  assert loaded.duration == pytest.approx(2 * cohort(4), rel=1e-12)
+  assert loaded.completed == 8
+  assert loaded.throughput == pytest.approx(4 * 110 / cohort(4), rel=1e-12)
+  with pytest.raises(ValueError, match="warm-up"):
+    simulator.simulate(S.EBScheduler(M, 4, 4096), M, FIXED, concurrency=4, num_requests=4,
+                       warmup_requests=4)
+  with pytest.raises(ValueError, match="warmup_requests"):
+    simulator.simulate(S.EBScheduler(M, 4, 4096), M, FIXED, concurrency=4, num_requests=4,
+                       warmup_requests=-1)
+
+
 class _Checked(S.Scheduler):
   """Wraps a scheduler and checks invariants on every plan."""
 
