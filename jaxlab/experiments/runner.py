@@ -34,7 +34,9 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
     run_dir = os.path.join(workdir, name)
     start = time.perf_counter()
     try:
-      results = get(name).run(load_config(name, preset), run_dir)
+      config = load_config(name, preset)
+      _share_base_lm(config, workdir, preset)
+      results = get(name).run(config, run_dir)
     except Exception:  # one failed experiment must not hide the others' rows
       failures.append(name)
       err = traceback.format_exc()
@@ -49,6 +51,15 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
                 "measured in this run; each verdict is computed from the numbers by its "
                 "experiment (the criterion is in its details)."))
   return path, failures
+
+
+def _share_base_lm(config, workdir: str, preset: str) -> None:
+  """Points an experiment's base-LM cache (`config.lm.cache_dir`, when left empty)
+  at the `lm` experiment's run in `workdir`: for the same preset it is the same
+  trained model, so a report trains the tiny LM once."""
+  base = config.get("lm")
+  if base is not None and "cache_dir" in base and not base.cache_dir and base.get("preset") == preset:
+    base.cache_dir = os.path.join(workdir, "lm")
 
 
 def available_benchmarks() -> list[str]:

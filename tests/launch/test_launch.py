@@ -87,3 +87,19 @@ def test_bench_writes_ratios(tmp_path):
   assert results["same_tokens"] is True
   assert results["ratios"]["recompute_over_kv_cache"] > 0
   assert set(results["timings"]) == {"kv_cache", "recompute"}
+
+
+def test_reproduce_shares_the_base_lm_of_the_same_preset():
+  from jaxlab.experiments import load_config
+  from jaxlab.experiments.runner import _share_base_lm
+  config = load_config("fp4", "smoke")
+  _share_base_lm(config, "/w", "quick")  # fp4:smoke's base model is lm:smoke, not lm:quick
+  assert config.lm.cache_dir == ""
+  _share_base_lm(config, "/w", "smoke")
+  assert config.lm.cache_dir == os.path.join("/w", "lm")
+  config.lm.cache_dir = "/mine"
+  _share_base_lm(config, "/w", "smoke")
+  assert config.lm.cache_dir == "/mine"
+  lm_config = load_config("lm", "smoke")
+  _share_base_lm(lm_config, "/w", "smoke")
+  assert "cache_dir" not in lm_config.get("lm", {})
