@@ -270,8 +270,13 @@ def mixfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = Non
   amax_b = jnp.max(jnp.abs(xf), axis=-1)
   sb_i, sv_i = e4m3_scale((amax_b * recip(7.0)) * s_enc)
   y = _safe_div(xb * s_enc, sv_i[..., None])
-  codes_i, vals_i = _grids._round_float(y * 0.25, E1M2, key=ki)
-  xh_i = ((vals_i * 4.0) * sv_i[..., None]) * s_dec
+  # E1M2 holds k/4 for k = 0..7 with magnitude bits equal to k, so it is an
+  # integer rounding of y (no exponent search): the values of
+  # `round_float(y / 4, E1M2)` times 4, and its codes.
+  k = _grids._round_int(y, 7, key=ki)
+  neg = jnp.signbit(k)
+  codes_i = (neg.astype(jnp.uint8) << 3) | jnp.abs(k).astype(jnp.uint8)
+  xh_i = (k * sv_i[..., None]) * s_dec
   use_i = (_block_err(xf, xh_i, select_p) < _block_err(xf, xh_f, select_p)) & (sb_i > 0)
   codes = jnp.where(use_i[..., None], codes_i, codes_f)
   sb = jnp.where(use_i, sb_i | jnp.uint8(0x80), sb_f)
