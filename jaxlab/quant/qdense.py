@@ -1,0 +1,263 @@
+"""`QDense`: a bias-free Dense with fake-quantized weight and input, and its policy.
+
+The `jaxlab.nn` transformer builds every projection through
+`TransformerConfig.dense`; `qdense_factory(policy)` returns such a factory, so
+
+  model = jaxlab.experiments.lm.make_model(config, dense=qdense_factory(policy))
+
+trains with W`w_bits`A`a_bits` fake quantization (QAT). Weights [K, F] are
+grouped along K per output channel, inputs [..., K] along K per token.
+
+Full precision is kept for the LM head (`lm_head`) and the token embedding
+(not a Dense): the paper quantizes the linear layers of the blocks
+(q, k, v, o, gate, up, down). `QuantPolicy.quantize_lm_head=True` changes that.
+
+`QDense` sows the kurtosis of its input into the "kurtosis" collection under
+the name "input" (a no-op unless the collection is mutable):
+
+  _, state = model.apply(variables, tokens, mutable=["kurtosis"])
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> policy = QuantPolicy(w_bits=4, a_bits=4, group_size=16,
+  ...                      overrides={"mlp/down": {"a_bits": 8}})
+  >>> policy.resolve("block_0/mlp/down").a_bits, policy.resolve("block_0/attn/q").a_bits
+  (8, 4)
+  >>> layer = QDense(8, policy=policy)
+  >>> params = layer.init(jax.random.key(0), jnp.ones((2, 32)))
+  >>> layer.apply(params, jnp.ones((2, 32))).shape
+  (2, 8)
+"""
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+from jax import Array
+from jaxtyping import Float
+
+from jaxlab.nn import default_dense
+from jaxlab.quant.fake_quant import (
+  ABSMAX_M,
+  FORMATS,
+  FULL_PRECISION_BITS,
+  fake_quant,
+  fake_quant_dynamic,
+  grid_bounds,
+  kurtosis,
+  lac_init_logit,
+  resolve_group_size,
+)
+
+ACT_QUANTIZERS = ("absmax", "lac")
+_OVERRIDABLE = ("w_bits", "a_bits", "group_size", "w_group_size", "a_group_size", "fmt",
+                "act_quantizer", "absmax_m", "lac_init")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantSpec:
+  """The quantization of one Dense (a policy resolved at a module path)."""
+  w_bits: int = 4
+  a_bits: int = 4
+  group_size: int | None = 128
+  w_group_size: int | None | str = "same"
+  a_group_size: int | None | str = "same"
+  fmt: str = "int"
+  act_quantizer: str = "absmax"
+  absmax_m: str = "paper"
+  lac_init: float = 0.98
+
+  def __post_init__(self):
+    for name in ("w_bits", "a_bits"):
+      bits = getattr(self, name)
+      if bits < FULL_PRECISION_BITS:
+        grid_bounds(bits, self.fmt, self.absmax_m)  # validates bits/fmt/absmax_m
+    if self.fmt not in FORMATS:
+      raise ValueError(f"fmt must be one of {FORMATS}, got {self.fmt!r}")
+    if self.absmax_m not in ABSMAX_M:
+      raise ValueError(f"absmax_m must be one of {ABSMAX_M}, got {self.absmax_m!r}")
+    if self.act_quantizer not in ACT_QUANTIZERS:
+      raise ValueError(f"act_quantizer must be one of {ACT_QUANTIZERS}, got {self.act_quantizer!r}")
+    for name in ("group_size", "w_group_size", "a_group_size"):
+      g = getattr(self, name)
+      if not (g is None or g == "same" and name != "group_size" or isinstance(g, int) and g > 0):
+        raise ValueError(f"{name} must be a positive int or None (per-channel), got {g!r}")
+
+  @property
+  def weight_group(self) -> int | None:
+    return self.group_size if self.w_group_size == "same" else self.w_group_size
+
+  @property
+  def act_group(self) -> int | None:
+    return self.group_size if self.a_group_size == "same" else self.a_group_size
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantPolicy(QuantSpec):
+  """A `QuantSpec` for every Dense plus per-module overrides by module path.
+
+  Attributes (besides `QuantSpec`'s: w_bits / a_bits (>= 16 = full
+  precision), group_size (G along K; None = per-channel weights / per-token
+  activations), w_group_size / a_group_size ("same" = group_size), fmt ("int"
+  or "fp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init):
+    overrides: {regex: {field: value}}; a module whose "/"-joined path matches
+      a regex (`re.search`) gets those fields; later entries win. Example:
+      {"mlp/down": {"a_bits": 8}} keeps every FC2 input at 8 bits.
+    quantize_lm_head: also quantize `lm_head` (default False: full precision).
+    runtime_group_sizes: None (bits and G fixed at trace time), or a tuple of
+      group sizes (None = per-channel) that the bits and G of every QDense may
+      switch between at run time: they live in the "qat" variable collection
+      (w_bits, a_bits, w_group, a_group; int32 scalars; bits >= 16 = off) and
+      `runtime_knobs` fills them from any static policy. One compiled program
+      then trains every precision and G of a grid (INT formats, AbsMax only).
+  """
+  overrides: Any = ()
+  quantize_lm_head: bool = False
+  runtime_group_sizes: tuple | None = None
+
+  def __post_init__(self):
+    super().__post_init__()
+    items = self.overrides.items() if isinstance(self.overrides, Mapping) else self.overrides
+    frozen = []
+    for pattern, fields in items:
+      fields = dict(fields)
+      bad = sorted(set(fields) - set(_OVERRIDABLE))
+      if bad:
+        raise ValueError(
+            f"overrides[{pattern!r}] has unknown fields {bad}; allowed: {_OVERRIDABLE}")
+      re.compile(pattern)
+      frozen.append((pattern, tuple(sorted(fields.items()))))
+    # Hashable (a linen module field must be).
+    object.__setattr__(self, "overrides", tuple(frozen))
+    if self.runtime_group_sizes is not None:
+      object.__setattr__(self, "runtime_group_sizes", tuple(self.runtime_group_sizes))
+      if self.fmt != "int" or self.act_quantizer != "absmax":
+        raise ValueError("runtime_group_sizes needs fmt='int' and act_quantizer='absmax', got "
+                         f"{self.fmt!r}, {self.act_quantizer!r}")
+
+  def resolve(self, path: str) -> QuantSpec:
+    """The spec of the module at `path` (e.g. "block_0/mlp/down")."""
+    fields = {f: getattr(self, f) for f in _OVERRIDABLE}
+    for pattern, over in self.overrides:
+      if re.search(pattern, path):
+        fields.update(dict(over))
+    return QuantSpec(**fields)
+
+  @property
+  def name(self) -> str:
+    """Short label, e.g. "W4A4 G128" or "FP32"."""
+    fp = FULL_PRECISION_BITS
+    if self.w_bits >= fp and self.a_bits >= fp:
+      return "FP32"
+    w = "16" if self.w_bits >= fp else str(self.w_bits)
+    a = "16" if self.a_bits >= fp else str(self.a_bits)
+    g = "ch" if self.group_size is None else str(self.group_size)
+    return f"W{w}A{a} G{g}" + (" +overrides" if self.overrides else "")
+
+
+class QDense(nn.Module):
+  """Bias-free Dense y = fq_a(x) @ fq_w(W); same parameter name ("kernel") as `nn.Dense`.
+
+  Attributes:
+    features: output width F.
+    policy: a `QuantPolicy` (resolved at this module's path) or a `QuantSpec`.
+    dtype / param_dtype: computation / parameter dtypes.
+    path_name: path used to resolve the policy (default: this module's scope
+      path joined with "/").
+  """
+  features: int
+  policy: QuantSpec = QuantPolicy()
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  path_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x: Float[Array, "*b k"]) -> Float[Array, "*b f"]:
+    path = self.path_name if self.path_name is not None else "/".join(self.scope.path)
+    spec = self.policy.resolve(path) if isinstance(self.policy, QuantPolicy) else self.policy
+    k = x.shape[-1]
+    if getattr(self.policy, "runtime_group_sizes", None) is not None:
+      return self._runtime(x, spec, self.policy.runtime_group_sizes)
+    # Validate group sizes before any parameter is created.
+    wg = resolve_group_size(k, spec.weight_group) if spec.w_bits < FULL_PRECISION_BITS else None
+    ag = resolve_group_size(k, spec.act_group) if spec.a_bits < FULL_PRECISION_BITS else None
+    kernel = self.param("kernel", nn.initializers.lecun_normal(), (k, self.features),
+                        self.param_dtype)
+    self.sow("kurtosis", "input", kurtosis(x))
+    if spec.a_bits < FULL_PRECISION_BITS:
+      logit = None
+      if spec.act_quantizer == "lac":
+        init = lac_init_logit(spec.lac_init)
+        logit = self.param("act_clip_logit", nn.initializers.constant(init), (k // ag,),
+                           jnp.float32)
+      x = fake_quant(x, bits=spec.a_bits, group_size=ag, fmt=spec.fmt, absmax_m=spec.absmax_m,
+                     clip_logit=logit)
+    if spec.w_bits < FULL_PRECISION_BITS:
+      # Groups along K per output channel: quantize W^T [F, K] along its last axis.
+      kernel = fake_quant(kernel.T, bits=spec.w_bits, group_size=wg, fmt=spec.fmt,
+                          absmax_m=spec.absmax_m).T
+    x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+    return jnp.einsum("...k,kf->...f", x, kernel)
+
+
+  def _runtime(self, x, spec, group_sizes):
+    k = x.shape[-1]
+    sizes = tuple(resolve_group_size(k, g) for g in group_sizes)
+    # Group -1 stands for per-channel/per-token (G = K).
+    init = lambda bits, g: (jnp.int32(bits), jnp.int32(-1 if g is None else g))
+    w_bits, w_group = init(spec.w_bits, spec.weight_group)
+    a_bits, a_group = init(spec.a_bits, spec.act_group)
+    knobs = {name: self.variable("qat", name, lambda v=v: v).value
+             for name, v in (("w_bits", w_bits), ("a_bits", a_bits), ("w_group", w_group),
+                             ("a_group", a_group))}
+    kernel = self.param("kernel", nn.initializers.lecun_normal(), (k, self.features),
+                        self.param_dtype)
+    self.sow("kurtosis", "input", kurtosis(x))
+    for name in ("w_group", "a_group"):
+      knobs[name] = jnp.where(knobs[name] < 0, k, knobs[name])
+    x = fake_quant_dynamic(x, bits=knobs["a_bits"], group_size=knobs["a_group"],
+                          group_sizes=sizes, absmax_m=spec.absmax_m)
+    kernel = fake_quant_dynamic(kernel.T, bits=knobs["w_bits"], group_size=knobs["w_group"],
+                               group_sizes=sizes, absmax_m=spec.absmax_m).T
+    return jnp.einsum("...k,kf->...f", x.astype(self.dtype), kernel.astype(self.dtype))
+
+
+def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "") -> dict:
+  """The "qat" collection that makes a `runtime_group_sizes` model compute `policy`.
+
+  Args:
+    policy: a static `QuantPolicy` (its G values must be among the model's
+      `runtime_group_sizes`).
+    qat: the model's "qat" collection (from `model.init`), used for its paths.
+    prefix: module path of `qat`'s root (e.g. the `path_name` of a lone QDense).
+
+  Returns:
+    A tree like `qat` with int32 scalars.
+  """
+  def walk(node, path):
+    if "w_bits" in node:  # a QDense's knobs (the root itself for a lone QDense)
+      spec = policy.resolve("/".join(path))
+      out = {}
+      for name, bits, g in (("w", spec.w_bits, spec.weight_group),
+                            ("a", spec.a_bits, spec.act_group)):
+        out[f"{name}_bits"] = jnp.int32(bits)
+        out[f"{name}_group"] = jnp.int32(-1 if g is None else g)
+      return out
+    return {key: walk(v, path + (key,)) for key, v in node.items()}
+  return walk(qat, (prefix,) if prefix else ())
+
+
+def qdense_factory(policy: QuantPolicy):
+  """A `TransformerConfig.dense` factory building `QDense` (lm_head stays `nn.Dense`
+  unless `policy.quantize_lm_head`)."""
+  if not isinstance(policy, QuantPolicy):
+    raise ValueError(f"policy must be a QuantPolicy, got {type(policy).__name__}")
+
+  def dense(features: int, *, name: str, dtype: Any, param_dtype: Any) -> nn.Module:
+    if name == "lm_head" and not policy.quantize_lm_head:
+      return default_dense(features, name=name, dtype=dtype, param_dtype=param_dtype)
+    return QDense(features, policy=policy, dtype=dtype, param_dtype=param_dtype, name=name)
+  return dense
