@@ -16,7 +16,7 @@ import os
 from types import ModuleType
 
 # Experiments rendered by `launch/reproduce.py`, in report order.
-REGISTRY: tuple[str, ...] = ("lm", "fp4", "oea", "ebplus", "modex", "aes", "qat_scaling")
+REGISTRY: tuple[str, ...] = ("lm", "fp4", "oea", "ebplus", "modex", "aes", "qat_scaling", "eco")
 
 
 def get(name: str) -> ModuleType:

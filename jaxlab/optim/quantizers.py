@@ -1,0 +1,253 @@
+"""Low-precision parameter storage for optimizers without master weights.
+
+A parameter is stored as a `QParam`: its raw bits in unsigned/signed integer
+arrays (element codes and, for scaled formats, the float32 scales' bit
+patterns). `optax.apply_updates` adds updates leafwise, `(p + u).astype(p.dtype)`;
+for integer leaves that addition is exact modular arithmetic, so an update
+`u = new_bits - old_bits` (computed modulo 2**n in the leaf's dtype) lands
+*bit-exactly* on the requantized parameter, whatever the format, scale
+granularity or magnitude. This storage choice is a jaxlab interpretation (the
+paper keeps FP8 tensors; it does not say how an optimizer library applies
+updates to them).
+
+Formats (`Quantizer.name`):
+  "f32"       identity: float32 bits in uint32 (4 B/elem); used for 1-D leaves.
+  "bf16"      bfloat16 bits in uint16 (2 B/elem); RNE or exact SR.
+  "fp8_e4m3"  E4M3 bytes (1 B/elem) + float32 scale amax/448 per tensor or per
+              column slice along axis 0 (`granularity="row"`: one scale per
+              output channel of a [in, out] kernel), via `jaxlab.formats`.
+  "int4"      packed two's-complement nibbles (0.5 B/elem) + a float32 absmax/7
+              scale per group of `block_size` along axis 0, via `jaxlab.formats`.
+  "grid"      a uniform grid k * step with int32 codes k (the convex toy).
+Stochastic rounding takes an explicit key (exact SR: `jaxlab.formats` SR for
+fp8/int4, the AQT random-low-bits trick for bf16, Bernoulli(frac) for grid).
+Scales are always round-to-nearest functions of the new tensor's amax.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jaxtyping import Float
+
+from jaxlab import formats
+
+QUANTIZERS = ("f32", "bf16", "fp8_e4m3", "int4", "grid")
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantizer:
+  """A parameter storage format (hashable; static under jit).
+
+  Attributes:
+    name: one of `QUANTIZERS`.
+    granularity: fp8_e4m3 only: "tensor" (one scale) or "row" (one scale per
+      slice along axis 0, i.e. per output channel of an [in, out] kernel).
+    block_size: int4 only: group size along axis 0 (zero-padded when the axis
+      is not a multiple; padding is cropped on dequantize).
+    step: grid only: the grid spacing.
+  """
+  name: str
+  granularity: str = "tensor"
+  block_size: int = 32
+  step: float = 1.0
+
+  def __post_init__(self):
+    if self.name not in QUANTIZERS:
+      raise ValueError(f"quantizer name must be one of {QUANTIZERS}, got {self.name!r}")
+    if self.granularity not in ("tensor", "row"):
+      raise ValueError(f"granularity must be 'tensor' or 'row', got {self.granularity!r}")
+    if not (isinstance(self.block_size, int) and self.block_size >= 2 and self.block_size % 2 == 0):
+      raise ValueError(f"block_size must be an even int >= 2, got {self.block_size!r}")
+    if not (isinstance(self.step, (int, float)) and self.step > 0):
+      raise ValueError(f"step must be a positive number, got {self.step!r}")
+
+  @property
+  def code_dtype(self) -> Any:
+    return {"f32": jnp.uint32, "bf16": jnp.uint16, "fp8_e4m3": jnp.uint8, "int4": jnp.uint8,
+            "grid": jnp.int32}[self.name]
+
+  @property
+  def has_scales(self) -> bool:
+    return self.name in ("fp8_e4m3", "int4")
+
+  def _format(self) -> formats.Format:
+    if self.name == "fp8_e4m3":
+      return formats.make_format("fp8_e4m3", granularity=self.granularity)
+    return formats.make_format("int4", block_size=self.block_size, scale_dtype="f32", pad=True)
+
+  def quantize(self, x: Float[Array, "*shape"], key: Array | None = None) -> "QParam":
+    """Rounds float `x` into this format (stochastically when `key` is given)."""
+    x = jnp.asarray(x, jnp.float32)
+    shape = tuple(x.shape)
+    if self.name == "f32":
+      return QParam(jax.lax.bitcast_convert_type(x, jnp.uint32), None, self, shape)
+    if self.name == "bf16":
+      return QParam(_bf16_bits(x, key), None, self, shape)
+    if self.name == "grid":
+      return QParam(_grid_codes(x, self.step, key), None, self, shape)
+    if x.ndim < 1:
+      raise ValueError(f"{self.name} quantizer needs an array of rank >= 1, got shape {shape}")
+    q = formats.quantize(x, self._format(), axis=0, key=key)
+    return QParam(q.codes, jax.lax.bitcast_convert_type(q.scales, jnp.uint32), self, shape)
+
+  def dequantize(self, p: "QParam") -> Float[Array, "*shape"]:
+    """The float32 values of `p`."""
+    if self.name == "f32":
+      return jax.lax.bitcast_convert_type(p.codes, jnp.float32)
+    if self.name == "bf16":
+      return jax.lax.bitcast_convert_type(p.codes, jnp.bfloat16).astype(jnp.float32)
+    if self.name == "grid":
+      return p.codes.astype(jnp.float32) * jnp.float32(self.step)
+    scales = jax.lax.bitcast_convert_type(p.scales, jnp.float32)
+    qa = formats.QArray(p.codes, scales, jnp.ones((), jnp.float32), self._format(), p.shape, 0)
+    return formats.dequantize(qa)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QParam:
+  """One stored parameter: integer bit arrays (leaves) + its format (static).
+
+  Attributes:
+    codes: element bits (`quantizer.code_dtype`); fp8/int4 codes are in
+      `jaxlab.formats` blocked layout (axis 0 moved last).
+    scales: uint32 bit patterns of the float32 scales (fp8/int4), else None.
+    quantizer: the `Quantizer` (static).
+    shape: the logical float shape (static).
+  """
+  codes: Any
+  scales: Any
+  quantizer: Quantizer = dataclasses.field(metadata=dict(static=True))
+  shape: tuple[int, ...] = dataclasses.field(metadata=dict(static=True))
+
+  def dequantize(self) -> Array:
+    return self.quantizer.dequantize(self)
+
+
+F32 = Quantizer("f32")
+
+
+def _bf16_bits(x: Array, key: Array | None) -> Array:
+  if key is None:
+    return jax.lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.uint16)
+  # AQT-style exact SR: add 16 random low bits to the float32 pattern, truncate.
+  bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+  noise = jax.random.bits(key, x.shape, jnp.uint32) >> 16
+  finite = jnp.isfinite(x)
+  rounded = jnp.where(finite, (bits + noise) >> 16, bits >> 16)
+  return rounded.astype(jnp.uint16)
+
+
+def _grid_codes(x: Array, step: float, key: Array | None) -> Array:
+  y = x / jnp.float32(step)
+  if key is None:
+    k = jnp.round(y)
+  else:
+    f = jnp.floor(y)
+    k = f + (jax.random.uniform(key, y.shape) < (y - f)).astype(jnp.float32)
+  return k.astype(jnp.int32)
+
+
+def is_qparam(x: Any) -> bool:
+  return isinstance(x, QParam)
+
+
+def quantize_params(params: Any, quantizer: Quantizer, *, key: Array | None = None,
+                    min_ndim: int = 2) -> Any:
+  """Stores every leaf of `params` as a `QParam`.
+
+  Leaves with `ndim >= min_ndim` (weight matrices, embeddings) use `quantizer`;
+  smaller ones (norm scales, biases) are kept in float32 (`F32`, the identity
+  format): a jaxlab interpretation, a knob through `min_ndim`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = quantize_params({"w": jnp.ones((32, 4)), "b": jnp.zeros(4)}, Quantizer("fp8_e4m3"))
+    >>> p["w"].codes.dtype, p["b"].quantizer.name
+    (dtype('uint8'), 'f32')
+  """
+  leaves, treedef = jax.tree.flatten(params)
+  keys = [None] * len(leaves) if key is None else list(jax.random.split(key, len(leaves)))
+  out = []
+  for leaf, k in zip(leaves, keys, strict=True):
+    leaf = jnp.asarray(leaf)
+    if not jnp.issubdtype(leaf.dtype, jnp.floating):
+      raise ValueError(f"quantize_params: leaves must be floating arrays, got dtype {leaf.dtype}")
+    q = quantizer if leaf.ndim >= min_ndim else F32
+    out.append(q.quantize(leaf, k))
+  return jax.tree.unflatten(treedef, out)
+
+
+def dequantize_params(qparams: Any) -> Any:
+  """The float32 parameter tree of a `QParam` tree (same structure as the original)."""
+  return jax.tree.map(lambda p: p.dequantize(), qparams, is_leaf=is_qparam)
+
+
+def fake_quant_params(params: Any, quantizer: Quantizer, *, min_ndim: int = 2,
+                      key: Array | None = None) -> Any:
+  """Quantize-dequantize of float `params` with a straight-through gradient.
+
+  The forward weights of the master-weight baseline: FP32 masters, quantized
+  forward (same leaf policy as `quantize_params`).
+  """
+  leaves, treedef = jax.tree.flatten(params)
+  keys = [None] * len(leaves) if key is None else list(jax.random.split(key, len(leaves)))
+  out = []
+  for leaf, k in zip(leaves, keys, strict=True):
+    if leaf.ndim < min_ndim:
+      out.append(leaf)
+      continue
+    xq = jax.lax.stop_gradient(quantizer.dequantize(quantizer.quantize(leaf, k)) - leaf)
+    out.append(leaf + xq)
+  return jax.tree.unflatten(treedef, out)
+
+
+def static_bytes(*trees: Any) -> int:
+  """Bytes held by the array leaves of `trees` (params + optimizer state).
+
+  Counts real storage: a `QParam`'s uint8 codes (FP8: 1 B/elem; INT4: packed,
+  0.5 B/elem) plus its scale words; PRNG keys count as their key data.
+  """
+  total = 0
+  for tree in trees:
+    for leaf in jax.tree.leaves(tree):
+      if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        leaf = jax.random.key_data(leaf)
+      total += int(np.asarray(leaf).nbytes) if not hasattr(leaf, "nbytes") else int(leaf.nbytes)
+  return total
+
+
+def check_qparams(params: Any, quantizer: Quantizer, *, where: str) -> None:
+  """Raises a ValueError unless every leaf is a QParam in `quantizer` or F32."""
+  flat, _ = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_qparam)
+  for path, leaf in flat:
+    name = jax.tree_util.keystr(path)
+    if not isinstance(leaf, QParam):
+      dtype = getattr(leaf, "dtype", type(leaf).__name__)
+      raise ValueError(
+          f"{where}: params{name} is a plain array of dtype {dtype}; quantizer "
+          f"{quantizer.name!r} expects QParam leaves storing "
+          f"{np.dtype(quantizer.code_dtype)} codes "
+          "(create them with jaxlab.optim.quantize_params(params, quantizer))")
+    if leaf.quantizer not in (quantizer, F32):
+      raise ValueError(
+          f"{where}: params{name} is stored as {leaf.quantizer}, but the optimizer's quantizer "
+          f"is {quantizer} (only it and the float32 identity format are accepted)")
+    if leaf.codes.dtype != leaf.quantizer.code_dtype:
+      raise ValueError(
+          f"{where}: params{name} has code dtype {leaf.codes.dtype}, expected "
+          f"{np.dtype(leaf.quantizer.code_dtype)} for format {leaf.quantizer.name!r}")
+
+
+def bits_delta(new: QParam, old: QParam) -> QParam:
+  """The update `u` with `old + u == new` bitwise (modular integer difference)."""
+  scales = None if new.scales is None else new.scales - old.scales
+  return QParam(new.codes - old.codes, scales, new.quantizer, new.shape)
+
+
+__all__ = ["F32", "QParam", "QUANTIZERS", "Quantizer", "bits_delta", "check_qparams",
+           "dequantize_params", "fake_quant_params", "is_qparam", "quantize_params", "static_bytes"]
