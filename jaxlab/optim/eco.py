@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax import Array
-from optax._src import numerics
 
 from jaxlab.optim.quantizers import Quantizer, bits_delta, check_qparams, is_qparam
 
@@ -182,7 +181,7 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
       raise ValueError("eco_adamw.update needs params (the QParam tree)")
     check_qparams(params, quantizer, where="eco_adamw.update")
     lr = _lr_value(learning_rate, state.count)
-    count = numerics.safe_increment(state.count)
+    count = optax.safe_int32_increment(state.count)
     t = count.astype(jnp.float32)
     bc1 = 1.0 - jnp.float32(b1) ** t
     bc2 = 1.0 - jnp.float32(b2) ** t
@@ -281,7 +280,7 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
                        / jnp.where(lr > 0, lr, 1.0), 0.0)
       mu = treedef.unflatten([m + coef * e for m, e in zip(mu_l, errs, strict=True)])
     err = treedef.unflatten(errs) if injection == "exact" else None
-    return out, EcoSgdmState(numerics.safe_increment(state.count), mu, new_key, err)
+    return out, EcoSgdmState(optax.safe_int32_increment(state.count), mu, new_key, err)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
