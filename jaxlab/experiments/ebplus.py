@@ -198,7 +198,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   details = (
       f"Simulator with the shipped Qwen3-8B calibrations, interference b refitted to crossover shares "
       f"0.8 (H200) / 0.2 (RTX); steady-state throughput of {sim.num_requests} completions after a "
-      f"warm-up of {sim.warmup_per_client:g}c, the server kept at concurrency c. RTX prefill-heavy EB gain {rtx_pf:+.1%} (paper +41.9%); EB+ over MB "
+      f"warm-up of {sim.warmup_per_client:g}c, the server kept at concurrency c. RTX prefill-heavy EB "
+      f"gain {rtx_pf:+.1%} (paper +41.9%); EB+ over MB "
       f"under Table 5's distribution shift on RTX {rtx_t5:+.1%} (paper +36.4%); worst EB+ gap to the better "
       f"pure mode {worst:+.2%}. Checks passed {passed}/{len(checks)}"
       + (f"; failed: {'; '.join(failed)}" if failed else "") + ". "
