@@ -153,14 +153,15 @@ def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, mod
     batch = data.lm_batch(corpus.train, i, batch_size=L.batch_size, seq_len=L.seq_len,
                           seed=config.seed)
     params, state, loss = step(params, state, batch)
-    losses.append(float(loss))
+    losses.append(loss)  # kept on device: no host sync per step
   weights = jax.jit(forward)(params)
   bpb = lm_exp.eval_bits_per_byte(model, weights, corpus.val, batch_size=config.eval.batch_size,
                                   seq_len=L.seq_len, num_batches=config.eval.num_batches,
                                   seed=config.eval.seed)
   return {"val_bits_per_byte": bpb, "static_bytes": static,
           "bytes_per_param": static / num_params, "num_params": num_params,
-          "final_train_loss": float(np.mean(losses[-10:])), "train_s": time.perf_counter() - t0}
+          "final_train_loss": float(np.mean(np.asarray(jax.device_get(losses[-10:]), np.float64))),
+          "train_s": time.perf_counter() - t0}
 
 
 def tiny_lm(config: ml_collections.ConfigDict) -> dict:

@@ -31,7 +31,7 @@ is a keyword argument.
 """
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -186,3 +186,15 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
     return new.lam, new
 
   return AESScheduler(init=init, update=update)
+
+
+def scheduler_from(lambda_0: float, settings: Any) -> AESScheduler:
+  """`aes_scheduler(lambda_0, ...)` from the `aes_*` fields of an RL config.
+
+  Reads `aes_kappa`, `aes_quantile`, `aes_fast_decay`, `aes_slow_decay`,
+  `aes_lambda_min` and `aes_lambda_max` (SACConfig and PPOConfig carry them).
+  """
+  return aes_scheduler(
+      lambda_0, kappa=settings.aes_kappa, quantile=settings.aes_quantile,
+      fast_decay=settings.aes_fast_decay, slow_decay=settings.aes_slow_decay,
+      lambda_min=settings.aes_lambda_min, lambda_max=settings.aes_lambda_max)

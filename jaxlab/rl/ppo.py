@@ -94,10 +94,7 @@ class PPOConfig:
                        f"num_minibatches ({self.num_minibatches})")
 
   def scheduler(self) -> aes_lib.AESScheduler:
-    return aes_lib.aes_scheduler(
-        self.ent_coef, kappa=self.aes_kappa, quantile=self.aes_quantile,
-        fast_decay=self.aes_fast_decay, slow_decay=self.aes_slow_decay,
-        lambda_min=self.aes_lambda_min, lambda_max=self.aes_lambda_max)
+    return aes_lib.scheduler_from(self.ent_coef, self)
 
 
 def orthogonal_init(scale: float = 1.0):

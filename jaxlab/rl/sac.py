@@ -107,10 +107,7 @@ class SACConfig:
                        f"{self.tau!r}, gamma={self.gamma!r}")
 
   def scheduler(self) -> aes_lib.AESScheduler:
-    return aes_lib.aes_scheduler(
-        self.alpha, kappa=self.aes_kappa, quantile=self.aes_quantile,
-        fast_decay=self.aes_fast_decay, slow_decay=self.aes_slow_decay,
-        lambda_min=self.aes_lambda_min, lambda_max=self.aes_lambda_max)
+    return aes_lib.scheduler_from(self.alpha, self)
 
 
 class _MLP(nn.Module):
