@@ -4,10 +4,13 @@
 
 (a) Convex toy: least squares d=256 on a uniform grid (step `toy.grid_step`;
 jaxlab interpretation of "a coarse grid"), SGDM beta=0.9, constant learning
-rates 1e-1..1e-4 and an exponentially decaying schedule; final distance of the
+rates 1e-1..1e-4 and an exponentially decaying schedule; distance of the
 deployed (on-grid) weights to the optimum for master / naive-RTN / naive-SR /
-ECO-RTN / ECO-SR / exact-EF. (b) Tiny byte LM on the stdlib corpus with FP8
-E4M3 (per-row scale) and INT4 (group 32) weights, AdamW with warmup + cosine:
+ECO-RTN / ECO-SR / exact-EF, averaged over the last `toy.tail_fraction` of
+the steps and over `toy.seeds` problems. The master arm is the spec's
+reference: FP32 master weights with gradients through the quantized (RTN)
+forward (`toy.master_forward="fp32"` takes them at the master weights).
+(b) Tiny byte LM on the stdlib corpus with FP8 E4M3 (per-row scale) and INT4 (group 32) weights, AdamW with warmup + cosine:
 val bits/byte against static bytes per parameter for the same arms.
 
 Presets: smoke (tests: 2 toy lrs, FP8 only, 2 LM arms), quick (~3 min on
@@ -31,7 +34,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.toy = ml_collections.ConfigDict(dict(
       dim=256, rows=1024, curvature=3.0, grid_step=2.0 ** -4, momentum=0.9,
-      lrs=(1e-1, 1e-2, 1e-3, 1e-4), decay=(1e-1, 1e-4), num_steps=6000, arms=ARMS))
+      lrs=(1e-1, 1e-2, 1e-3, 1e-4), decay=(1e-1, 1e-4), num_steps=6000, arms=ARMS,
+      seeds=(0, 1, 2), tail_fraction=0.1, master_forward="quantized"))
   c.lm = ml_collections.ConfigDict(dict(
       formats=("fp8_e4m3", "int4"), int4_block=32, fp8_granularity="row", arms=ARMS,
       num_steps=200, batch_size=16, seq_len=64, learning_rate=3e-3, warmup_steps=30,
@@ -44,7 +48,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.claims = ml_collections.ConfigDict(dict(toy_ratio=2.0, lm_rel_gap=0.02, memory_saving=0.2))
 
   if preset == "smoke":
-    c.toy.update(lrs=(1e-1, 1e-3), num_steps=500, arms=("master", "naive_rtn", "eco_rtn"))
+    c.toy.update(lrs=(1e-1, 1e-3), num_steps=500, arms=("master", "naive_rtn", "eco_rtn"),
+                 seeds=(0,))
     c.lm.update(formats=("fp8_e4m3",), arms=("master", "eco_sr"), num_steps=10,
                 batch_size=4, seq_len=32, warmup_steps=3)
     c.data.max_bytes = 300_000

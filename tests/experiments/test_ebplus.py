@@ -24,6 +24,12 @@ def test_ebplus_smoke(tmp_path):
   assert res["report"]["verdict"] == want
   for v in res["fig4"].values():
     assert all(x > 0 for x in v["throughput"].values())
+  # Prop. 4 at Table 4's workload: the r-dagger = 0.8 refit leaves MB's marginal cost
+  # below EB's weighted one on H200 (MB at any N); the shipped b picks EB at N = 1024.
+  cross = res["table4_crossover"]
+  assert cross["H200/refit"]["left_us"] < 0 and not cross["H200/refit"]["eb_wins"]
+  assert cross["H200/shipped"]["eb_wins"] and cross["RTX PRO 6000/refit"]["eb_wins"]
+  assert res["table4_shipped"] == {}  # simulated only when sim.table4_shipped
   for p in res["report"]["plots"]:
     assert os.path.exists(os.path.join(tmp_path, p))
   # The tiny engine ran MB / EB / EB+ with no compile inside the measured runs,

@@ -31,6 +31,28 @@ def test_eco_smoke(tmp_path):
   # Toy: ECO-RTN carries sub-step updates that naive RTN loses at lr 1e-3.
   t = res["toy"]["table"]
   assert t["eco_rtn"]["0.001"]["dist"] < t["naive_rtn"]["0.001"]["dist"]
+  # ...and its consecutive RTN residuals are nearly parallel (ECO's E_t ~ E_{t+1} premise).
+  assert t["eco_rtn"]["0.001"]["residual_cos"] > 0.9
+  assert t["master"]["0.001"]["residual_cos"] is None
+
+
+def test_toy_master_forward():
+  cfg = eco_config.get_config("smoke").toy
+  cfg.update(num_steps=400, seeds=(0,), arms=("master",))
+  cfg_fp32 = cfg.copy_and_resolve_references()
+  cfg_fp32.master_forward = "fp32"
+  got_fp32 = eco.convex_toy(cfg_fp32, 0)
+  got_q = eco.convex_toy(cfg, 0)
+  m32, mq = got_fp32["table"]["master"]["0.1"], got_q["table"]["master"]["0.1"]
+  # Exact gradients at the master weights: it converges, and Q_RTN(w*) is the deployed point.
+  assert m32["dist"] == pytest.approx(got_fp32["grid_floor"], rel=1e-4)
+  assert m32["last_move"] < cfg.num_steps // 2
+  # Gradients through the quantized forward keep moving the master off the nearest point.
+  assert mq["dist"] > 1.2 * got_q["grid_floor"]
+  assert mq["last_move"] > cfg.num_steps // 2
+  cfg.master_forward = "bf16"
+  with pytest.raises(ValueError, match="master_forward"):
+    eco.convex_toy(cfg, 0)
 
 
 @pytest.mark.slow
