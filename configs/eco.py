@@ -10,8 +10,9 @@ ECO-RTN / ECO-SR / exact-EF, averaged over the last `toy.tail_fraction` of
 the steps and over `toy.seeds` problems. The master arm is the spec's
 reference: FP32 master weights with gradients through the quantized (RTN)
 forward (`toy.master_forward="fp32"` takes them at the master weights).
-(b) Tiny byte LM on the stdlib corpus with FP8 E4M3 (per-row scale) and INT4 (group 32) weights, AdamW with warmup + cosine:
-val bits/byte against static bytes per parameter for the same arms.
+(b) Tiny byte LM on the stdlib corpus with FP8 E4M3 (per-row scale) and INT4
+(group 32) weights, AdamW with warmup + cosine: val bits/byte against static
+bytes per parameter for the same arms.
 
 Presets: smoke (tests: 2 toy lrs, FP8 only, 2 LM arms), quick (~3 min on
 2 cores), full (bigger LM, more steps). Override any field, e.g.

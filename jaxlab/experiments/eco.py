@@ -90,7 +90,8 @@ def _toy_run(arm: str, cfg: ml_collections.ConfigDict):
       in_tail = i >= steps - tail
       acc = acc + jnp.where(in_tail, dist, 0.0)
       # ECO's premise E_t ~ E_{t+1}: cosine of consecutive requantization residuals
-      # e = W~ - Q(W~), W~ = W - lr (beta M + g) (the spec's diagnostic; no-injection arms).
+      # e = W~ - Q(W~), W~ = W - lr (beta M + g) (the spec's diagnostic; not for master and
+      # exact-EF, whose W~ is formed differently).
       e = e_prev
       if arm not in ("master", "exact_ef"):
         w_tilde = deploy(p) - lr(s.count) * (cfg.momentum * s.mu["w"] + g["w"])
