@@ -1,5 +1,5 @@
 # The two commands of the README. Each bootstraps .venv with python3 -m venv
-# when it is missing and installs the project (editable, with [dev]) once.
+# when it is missing and installs the project (editable, with [dev,gymnax]) once.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +12,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,gymnax]'
 	touch $(STAMP)
 
 # Runs every registered experiment's quick preset and writes runs/demo/REPORT.md.

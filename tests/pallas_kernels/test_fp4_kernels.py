@@ -95,13 +95,14 @@ def test_kernel_errors():
 
 
 @pytest.mark.parametrize("platform,marker", [("tpu", "tpu_custom_call"), ("cuda", "triton")])
-def test_kernels_lower_for_tpu_and_gpu_from_cpu(platform, marker):
+def test_kernels_lower_for_tpu_and_gpu_from_cpu(platform, marker, lowering_target):
   xs = jax.ShapeDtypeStruct((32, 256), jnp.float32)
   for fmt in ("nvfp4", "mixfp4"):
-    low = jax.jit(lambda x, f=fmt: fp4.quantize(x, f, interpret=False, platform=platform).codes
-                  ).trace(xs).lower(lowering_platforms=(platform,))
-    assert marker in low.as_text()
     wq = formats.quantize(jnp.ones((256, 128)), fmt, axis=0)
-    low = jax.jit(lambda x, q: fp4.dequant_matmul(x, q, interpret=False, platform=platform)
-                  ).trace(xs, wq).lower(lowering_platforms=(platform,))
-    assert marker in low.as_text()
+    with lowering_target(platform):
+      low = jax.jit(lambda x, f=fmt: fp4.quantize(x, f, interpret=False, platform=platform).codes
+                    ).trace(xs).lower(lowering_platforms=(platform,))
+      assert marker in low.as_text()
+      low = jax.jit(lambda x, q: fp4.dequant_matmul(x, q, interpret=False, platform=platform)
+                    ).trace(xs, wq).lower(lowering_platforms=(platform,))
+      assert marker in low.as_text()
