@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/python -m launch.reproduce --workdir=runs/demo --preset=quick
 
-# The default test selection (-m "not slow", see pyproject.toml).
+# Lint (ruff, rules in pyproject.toml), then the default test selection
+# (-m "not slow", see pyproject.toml).
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --durations=15
 
 bench: $(STAMP)

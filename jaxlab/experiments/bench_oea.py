@@ -48,7 +48,7 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
     num_active[name] = int(active.shape[0])
     candidates[name] = functools.partial(active_expert_moe, x, w, active, w_gate, w_up, w_down)
   # Correctness: the gathered layer equals the dense all-experts combination.
-  for name, (mask, w) in routings.items():
+  for name, (_, w) in routings.items():
     h = jax.nn.silu(jnp.einsum("bd,ndf->bnf", x, w_gate)) * jnp.einsum("bd,ndf->bnf", x, w_up)
     dense = jnp.einsum("bnf,nfd,bn->bd", h, w_down, w)
     np.testing.assert_allclose(candidates[name](), dense, rtol=2e-3, atol=2e-3)

@@ -17,6 +17,7 @@ toward the paper's figures. Verdicts are computed from the numbers.
 """
 
 import dataclasses
+import itertools
 import math
 import os
 import time
@@ -26,7 +27,9 @@ import ml_collections
 import numpy as np
 
 from jaxlab import report
-from jaxlab.serving import cost, schedulers as S, simulator, solver, workload as W
+from jaxlab.serving import cost, simulator, solver
+from jaxlab.serving import schedulers as S
+from jaxlab.serving import workload as W
 
 GPUS = {
     "H200": (cost.H200_QWEN3_8B, cost.H200_SPEC, 0.8),
@@ -170,7 +173,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   res["bandwidth_sweep"] = sweep
   gains = [s["eb_gain"] for s in sweep]
   checks["EB gain falls as bandwidth grows"] = bool(len(gains) > 1 and all(
-      b <= a + 1e-9 for a, b in zip(gains, gains[1:])))
+      b <= a + 1e-9 for a, b in itertools.pairwise(gains)))
 
   lap("bandwidth_sweep")
   # 6. The tiny JAX engine on this machine.
@@ -288,13 +291,14 @@ def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0) -> dict[str,
   repeat runs the same step sequence; this is checked).
   """
   import jax
+
   from jaxlab.nn import TransformerConfig
   from jaxlab.serving import engine as E
 
   t0 = time.time()
   mcfg = TransformerConfig(**ecfg.model.to_dict())
   slots = int(max(ecfg.concurrency))
-  max_len = max(E.max_len_for(l, o, ecfg.jitter) for l in ecfg.mu_l for o in ecfg.mu_o)
+  max_len = max(E.max_len_for(ml, mo, ecfg.jitter) for ml in ecfg.mu_l for mo in ecfg.mu_o)
   eng = E.Engine.create(mcfg, jax.random.key(seed), num_slots=slots, max_len=max_len,
                         max_tokens=ecfg.token_budget + slots, midpoints=ecfg.midpoints)
   eng.precompile()

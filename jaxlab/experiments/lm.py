@@ -155,7 +155,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   plots = ()
   if curve:
     def draw(ax):
-      ax.plot(*zip(*curve), label="train (bits/byte)")
+      ax.plot(*zip(*curve, strict=True), label="train (bits/byte)")
       ax.axhline(unigram, color="gray", ls="--", label=f"unigram {unigram:.2f}")
       ax.axhline(bpb, color="C1", ls=":", label=f"val {bpb:.2f}")
       ax.set_xlabel("step")

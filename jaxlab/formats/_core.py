@@ -32,7 +32,7 @@ from jax import Array
 from jaxtyping import Shaped
 
 from jaxlab.formats import _grids
-from jaxlab.formats._grids import E1M2, E2M1, E4M3
+from jaxlab.formats._grids import E2M1, E4M3
 from jaxlab.formats._packing import pack_nibbles, unpack_nibbles
 
 FORMATS = ("fp8_e4m3", "int4", "int8", "nvfp4", "mxfp4", "mixfp4")

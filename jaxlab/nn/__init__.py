@@ -2,8 +2,18 @@
 
 from jaxlab.nn.sampling import generate
 from jaxlab.nn.transformer import (
-    Attention, Block, KVCache, RMSNorm, SwiGLU, Transformer, TransformerConfig, apply_rope,
-    default_dense, init_cache, swiglu_ffn)
+    Attention,
+    Block,
+    KVCache,
+    RMSNorm,
+    SwiGLU,
+    Transformer,
+    TransformerConfig,
+    apply_rope,
+    default_dense,
+    init_cache,
+    swiglu_ffn,
+)
 
 __all__ = [
     "Attention", "Block", "KVCache", "RMSNorm", "SwiGLU", "Transformer", "TransformerConfig",

@@ -184,8 +184,8 @@ def fit_linear_model(samples: Sequence[StepSample], *, name: str = "fitted",
   if len({p for p, _ in pre}) < 2 or len({d for d, _ in dec}) < 2 or len(mix) < 3:
     raise ValueError("samples must hold >= 2 distinct pure-prefill sizes, >= 2 distinct decode "
                      f"counts and >= 3 mixed steps; got {len(pre)}, {len(dec)}, {len(mix)}")
-  ap, bp, r2p = _lstsq_line(*map(np.asarray, zip(*pre)))
-  ad, bd, r2d = _lstsq_line(*map(np.asarray, zip(*dec)))
+  ap, bp, r2p = _lstsq_line(*map(np.asarray, zip(*pre, strict=True)))
+  ad, bd, r2d = _lstsq_line(*map(np.asarray, zip(*dec, strict=True)))
   # Intercepts can come out slightly negative on noisy data; keep them positive.
   ap, ad = max(ap, 1e-9), max(ad, 1e-9)
   amb = ap if alpha_mb is None else alpha_mb

@@ -48,7 +48,14 @@ import numpy as np
 from jax import Array
 from jaxtyping import Float, Int
 
-from jaxlab.nn.transformer import KVCache, RMSNorm, Transformer, TransformerConfig, apply_rope, init_cache
+from jaxlab.nn.transformer import (
+  KVCache,
+  RMSNorm,
+  Transformer,
+  TransformerConfig,
+  apply_rope,
+  init_cache,
+)
 from jaxlab.serving import cost, solver
 from jaxlab.serving.schedulers import SlotState, StepPlan
 
@@ -266,7 +273,7 @@ class Engine:
       dec_tokens = self._last[dec_slots]
     toks, poss, sl, outi = [np.asarray(dec_tokens, np.int64)], [dec_pos], [dec_slots], [np.arange(nd)]
     off = nd
-    for i, (s, p0, n) in enumerate(zip(pre_slots, pre_pos, lens)):
+    for i, (s, p0, n) in enumerate(zip(pre_slots, pre_pos, lens, strict=True)):
       ar = np.arange(p0, p0 + n)
       toks.append(np.asarray(pre_tokens[i]) if pre_tokens is not None else
                   (ar * 31 + int(s) * 7919 + 1) % self.config.vocab_size)

@@ -29,7 +29,6 @@ Example:
 """
 
 import collections
-import dataclasses
 import math
 from typing import NamedTuple
 

@@ -199,8 +199,8 @@ def simulate(scheduler: Scheduler, backend: Backend,
   lengths = [p.workload.sample(rng, p.requests) for p in phases]
   if keep_loaded:
     lengths.append(phases[-1].workload.sample(rng, max(p.concurrency for p in phases)))
-  prompts = np.concatenate([l[0] for l in lengths])
-  outs = np.concatenate([l[1] for l in lengths])
+  prompts = np.concatenate([pair[0] for pair in lengths])
+  outs = np.concatenate([pair[1] for pair in lengths])
   conc = [p.concurrency for p in phases]
   if num_slots is None:
     num_slots = getattr(scheduler, "max_num_seqs", None) or getattr(getattr(scheduler, "mb", None),

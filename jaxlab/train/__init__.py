@@ -3,7 +3,13 @@
 from jaxlab.train.checkpoint import Checkpointer
 from jaxlab.train.loop import train_loop
 from jaxlab.train.mesh import (
-    AXES, batch_sharding, fsdp_sharding, make_mesh, replicated, state_sharding)
+    AXES,
+    batch_sharding,
+    fsdp_sharding,
+    make_mesh,
+    replicated,
+    state_sharding,
+)
 from jaxlab.train.metrics import MetricWriter, progress, read_metrics
 from jaxlab.train.state import TrainState, create_train_state, make_train_step
 

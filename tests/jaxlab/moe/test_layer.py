@@ -55,7 +55,8 @@ def test_gradients_agree_and_params_name_the_expert_axis():
   _, g_pl = loss("pallas")
   assert params["w_gate"].names == ("expert", None, None)
   for g in (g_rd, g_pl):
-    for a, b in zip(jax.tree.leaves(nn.meta.unbox(g)), jax.tree.leaves(nn.meta.unbox(g_dense))):
+    for a, b in zip(jax.tree.leaves(nn.meta.unbox(g)), jax.tree.leaves(nn.meta.unbox(g_dense)),
+                    strict=True):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 

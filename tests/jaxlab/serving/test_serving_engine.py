@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from jaxlab.nn import Transformer, TransformerConfig
-from jaxlab.serving import cost, engine as E, schedulers as S, simulator, workload as W
+from jaxlab.serving import cost, simulator
+from jaxlab.serving import engine as E
+from jaxlab.serving import schedulers as S
+from jaxlab.serving import workload as W
 
 CFG = TransformerConfig(vocab_size=32, d_model=16, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=32)
 WL = W.Workload(6.0, 4.0)

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from jaxlab.serving import cost, schedulers as S, simulator, workload as W
+from jaxlab.serving import cost, simulator
+from jaxlab.serving import schedulers as S
+from jaxlab.serving import workload as W
 
 M = cost.RTX_PRO_6000_QWEN3_8B
 FIXED = W.Workload(100.0, 10.0, jitter=0.0, output_dist="fixed")

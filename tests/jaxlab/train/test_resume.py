@@ -59,7 +59,7 @@ def test_interrupted_run_resumes_bitwise(tmp_path, setup):
   resumed = _run(resumed_dir, setup)
 
   assert int(resumed.step) == NUM_STEPS
-  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+  for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   # The optimizer state kept its NamedTuple types through orbax.
   assert jax.tree.structure(straight.opt_state) == jax.tree.structure(resumed.opt_state)
