@@ -35,6 +35,8 @@ GPUS = {
     "H200": (cost.H200_QWEN3_8B, cost.H200_SPEC, 0.8),
     "RTX PRO 6000": (cost.RTX_PRO_6000_QWEN3_8B, cost.RTX_PRO_6000_SPEC, 0.2),
 }
+# The authors' calibrations before the interference refit.
+SHIPPED = {"H200": cost.H200_QWEN3_8B_SHIPPED, "RTX PRO 6000": cost.RTX_PRO_6000_QWEN3_8B_SHIPPED}
 WORKLOADS = (W.DECODE_HEAVY, W.BALANCED, W.PREFILL_HEAVY)
 # Paper values (Fig. 4 RPS v1 -> EB, Table 5 EB+ over v1); only printed next to ours.
 PAPER_FIG4_EB_GAIN = {("RTX PRO 6000", "decode-heavy"): 6.1 / 5.3 - 1,
@@ -88,11 +90,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   # 1. Crossover shares of the calibrated step models.
   shares = {}
   for g, (m, hw, target) in GPUS.items():
-    shipped = cost.H200_QWEN3_8B_SHIPPED if g == "H200" else cost.RTX_PRO_6000_QWEN3_8B_SHIPPED
     lo = cost.crossover_share(cost.calibrate_roofline(cost.RooflineModel(hw, kappa=-1.0)))
     hi = cost.crossover_share(cost.calibrate_roofline(cost.RooflineModel(hw, kappa=config.sweep.kappa)))
     shares[g] = {"calibrated": cost.crossover_share(m), "target": target,
-                 "shipped": cost.crossover_share(shipped), "roofline_kappa_-1": lo,
+                 "shipped": cost.crossover_share(SHIPPED[g]), "roofline_kappa_-1": lo,
                  f"roofline_kappa_{config.sweep.kappa:g}": hi}
     checks[f"crossover share {g} = {target}"] = abs(shares[g]["calibrated"] - target) < 1e-6
   res["crossover_shares"] = shares
@@ -117,12 +118,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                 "preemptions": {k: v.preemptions for k, v in row.items()}}
       steady_gaps.append(fig4[f"{g}/{wl.name}"]["ebplus_vs_best"])
     for c in sim.table4_concurrency:
-      row = {k: _run_steady(make, k, m, W.TABLE4, sim, cap, config.seed, concurrency=c,
-                            num_requests=sim.num_requests) for k in ("MB", "EB", "EB+")}
-      th = {k: float(v.throughput) for k, v in row.items()}
-      table4[f"{g}/c={c}"] = {"throughput": th, "ebplus_vs_mb": th["EB+"] / th["MB"] - 1,
-                              "ebplus_vs_eb": th["EB+"] / th["EB"] - 1,
-                              "ebplus_vs_best": th["EB+"] / max(th["MB"], th["EB"]) - 1}
+      table4[f"{g}/c={c}"] = _table4_cell(make, m, sim, cap, config.seed, c)
       steady_gaps.append(table4[f"{g}/c={c}"]["ebplus_vs_best"])
   res["fig4"], res["table4"] = fig4, table4
   res["table4_crossover"], res["table4_shipped"] = _table4_ablation(sim, config.seed)
@@ -236,22 +232,27 @@ def _table4_ablation(sim: ml_collections.ConfigDict, seed: int) -> tuple[dict, d
   wl, n = W.TABLE4, sim.max_num_seqs
   cross = {}
   for g, (m, _, _) in GPUS.items():
-    shipped = cost.H200_QWEN3_8B_SHIPPED if g == "H200" else cost.RTX_PRO_6000_QWEN3_8B_SHIPPED
-    for name, model in (("refit", m), ("shipped", shipped)):
+    for name, model in (("refit", m), ("shipped", SHIPPED[g])):
       x = solver.crossover(model, wl.mu_l, wl.mu_o, n, solver.theta_cfr(model, 1.0 / wl.mu_o))
       cross[f"{g}/{name}"] = {"left_us": x.left * 1e6, "right_us": x.right * 1e6,
                               "eb_wins": x.eb_wins, "crossover_share": cost.crossover_share(model)}
   runs = {}
   if sim.table4_shipped:
-    m = cost.H200_QWEN3_8B_SHIPPED
+    m = SHIPPED["H200"]
     cap = cost.kv_capacity_tokens(cost.H200_SPEC, memory_utilization=sim.memory_utilization)
     make = _schedulers(m, m, sim, cap)
     for c in sim.table4_concurrency:
-      th = {k: float(_run_steady(make, k, m, wl, sim, cap, seed, concurrency=c,
-                                 num_requests=sim.num_requests).throughput) for k in ("MB", "EB", "EB+")}
-      runs[f"H200 shipped/c={c}"] = {"throughput": th, "ebplus_vs_mb": th["EB+"] / th["MB"] - 1,
-                                     "ebplus_vs_eb": th["EB+"] / th["EB"] - 1}
+      runs[f"H200 shipped/c={c}"] = _table4_cell(make, m, sim, cap, seed, c)
   return cross, runs
+
+
+def _table4_cell(make, model, sim, capacity, seed, concurrency) -> dict:
+  """MB / EB / EB+ steady-state throughput on Table 4's workload at one concurrency."""
+  th = {k: float(_run_steady(make, k, model, W.TABLE4, sim, capacity, seed, concurrency=concurrency,
+                             num_requests=sim.num_requests).throughput) for k in ("MB", "EB", "EB+")}
+  return {"throughput": th, "ebplus_vs_mb": th["EB+"] / th["MB"] - 1,
+          "ebplus_vs_eb": th["EB+"] / th["EB"] - 1,
+          "ebplus_vs_best": th["EB+"] / max(th["MB"], th["EB"]) - 1}
 
 
 def _table4_summary(cross: dict, runs: dict, c_lo: int, c_hi: int) -> str:

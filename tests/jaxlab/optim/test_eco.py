@@ -37,39 +37,34 @@ def _step_fn(tx):
   return step
 
 
+def _train_identity_and_reference(tx, tx_ref, w0, num_steps=30):
+  """Runs `tx` on IDENT-stored params and `tx_ref` on plain ones with the same grads."""
+  p, p_ref = optim.quantize_params(w0, IDENT), w0
+  s, s_ref = tx.init(p), tx_ref.init(w0)
+  step, step_ref = _step_fn(tx), _step_fn(tx_ref)
+  for i in range(num_steps):
+    g = _grads(i, w0)
+    p, s = step(p, s, g)
+    p_ref, s_ref = step_ref(p_ref, s_ref, g)
+  return optim.dequantize_params(p), p_ref
+
+
 def test_identity_quantizer_equals_optax_adamw():
   w0 = _params()
   kw = dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
   sched = optax.warmup_cosine_decay_schedule(0.0, 3e-3, 5, 30)
-  tx_ref = optax.adamw(sched, **kw)
-  tx = optim.eco_adamw(sched, quantizer=IDENT, **kw)
-  p_ref, s_ref = w0, tx_ref.init(w0)
-  p = optim.quantize_params(w0, IDENT)
-  s = tx.init(p)
-  step, step_ref = _step_fn(tx), _step_fn(tx_ref)
-  for i in range(30):
-    g = _grads(i, w0)
-    p, s = step(p, s, g)
-    p_ref, s_ref = step_ref(p_ref, s_ref, g)
-  got = optim.dequantize_params(p)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, p_ref)
+  got, want = _train_identity_and_reference(optim.eco_adamw(sched, quantizer=IDENT, **kw),
+                                            optax.adamw(sched, **kw), w0)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, want)
   assert not np.allclose(got["w"], w0["w"], atol=1e-4)  # it did train
 
 
 def test_identity_quantizer_equals_optax_sgd_momentum():
   w0 = _params()
-  tx_ref = optax.sgd(0.02, momentum=0.9)
-  tx = optim.eco_sgdm(0.02, 0.9, quantizer=IDENT)
-  p_ref, s_ref = w0, tx_ref.init(w0)
-  p = optim.quantize_params(w0, IDENT)
-  s = tx.init(p)
-  step, step_ref = _step_fn(tx), _step_fn(tx_ref)
-  for i in range(30):
-    g = _grads(i, w0)
-    p, s = step(p, s, g)
-    p_ref, s_ref = step_ref(p_ref, s_ref, g)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
-               optim.dequantize_params(p), p_ref)
+  got, want = _train_identity_and_reference(optim.eco_sgdm(0.02, 0.9, quantizer=IDENT),
+                                            optax.sgd(0.02, momentum=0.9), w0)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, want)
+  assert not np.allclose(got["w"], w0["w"], atol=1e-4)  # it did train
 
 
 @pytest.mark.parametrize("quant,sr", [(FP8_ROW, True), (INT4, True)])
