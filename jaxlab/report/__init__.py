@@ -1,6 +1,8 @@
-"""The reproduction report: per-experiment result files and REPORT.md."""
+"""The reproduction report: per-experiment result files, verdicts and REPORT.md."""
 
+from jaxlab.report import verdict
 from jaxlab.report._report import (
+    LEGEND,
     VERDICTS,
     ReportRow,
     read_results,
@@ -9,8 +11,18 @@ from jaxlab.report._report import (
     to_jsonable,
     write_results,
 )
+from jaxlab.report.verdict import (
+    Criterion,
+    CriterionResult,
+    Fact,
+    criteria_from_config,
+    judge,
+    judge_all,
+    row_verdict,
+)
 
 __all__ = [
-    "VERDICTS", "ReportRow", "read_results", "render_report", "save_plot", "to_jsonable",
-    "write_results",
+    "LEGEND", "VERDICTS", "Criterion", "CriterionResult", "Fact", "ReportRow",
+    "criteria_from_config", "judge", "judge_all", "read_results", "render_report", "row_verdict",
+    "save_plot", "to_jsonable", "verdict", "write_results",
 ]

@@ -4,10 +4,13 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-VERDICTS = ("held", "partly held", "did not hold", "not measured")
+from jaxlab.report import verdict as _verdict
+
+# Row verdicts; the rules that produce them live in `jaxlab.report.verdict`.
+VERDICTS = _verdict.VERDICTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,12 +19,19 @@ class ReportRow:
 
   Attributes:
     method: the method's name, e.g. "Tiny LM (reference)".
-    paper_claim: the claim being reproduced, in our words.
+    paper_claim: the paper's claim being reproduced (quoted or closely paraphrased; not measured).
     baseline: the baseline's measured figure, with units.
     ours: our measured figure, with units.
-    verdict: one of `VERDICTS`; decided by the experiment from its numbers.
+    verdict: one of `VERDICTS`. With `criteria`, it must be their row verdict
+      (`jaxlab.report.verdict.judge_all` returns both), so no experiment can
+      overrule its own criteria.
     details: free text (settings, caveats, interpretations).
     plots: PNG paths relative to the experiment's workdir.
+    criteria: the judged criteria (`verdict.CriterionResult`, or their dicts as read
+      back from results.json), each shown in the report with its effect +- SE and
+      its own verdict.
+    facts: properties true by construction (`verdict.Fact` or dicts), reported and
+      never judged.
   """
   method: str
   paper_claim: str
@@ -29,11 +39,22 @@ class ReportRow:
   ours: str
   verdict: str
   details: str = ""
-  plots: tuple[str, ...] = ()
+  plots: Sequence[str] = ()
+  criteria: Sequence[_verdict.CriterionResult | Mapping[str, Any]] = ()
+  facts: Sequence[_verdict.Fact | Mapping[str, Any]] = ()
 
   def __post_init__(self):
     if self.verdict not in VERDICTS:
       raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+    criteria = tuple(c if isinstance(c, _verdict.CriterionResult)
+                     else _verdict.CriterionResult.from_dict(c) for c in self.criteria)
+    facts = tuple(f if isinstance(f, _verdict.Fact) else _verdict.Fact(**f) for f in self.facts)
+    object.__setattr__(self, "criteria", criteria)
+    object.__setattr__(self, "facts", facts)
+    object.__setattr__(self, "plots", tuple(self.plots))
+    if criteria and self.verdict != (expected := _verdict.row_verdict(criteria)):
+      raise ValueError(f"verdict {self.verdict!r} contradicts the criteria, whose row verdict "
+                       f"is {expected!r}; pass the verdict `verdict.judge_all` returns")
 
 
 def to_jsonable(x: Any) -> Any:
@@ -82,20 +103,93 @@ def save_plot(workdir: str, name: str, draw: Callable[[Any], None]) -> str:
   return name
 
 
-def _cell(text: str) -> str:
+def _cell(text: Any) -> str:
   return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+# Said once above the table: what is quoted, what is measured, and how verdicts are reached.
+LEGEND = (
+    "The *paper claim* column and each criterion's *claim* are the paper's statements (quoted or "
+    "closely paraphrased), not measurements. *Baseline*, *ours*, each criterion's means, "
+    "effect ± SE and seed count are measured in this run. Each criterion was declared in the "
+    "experiment's config before the run and is judged on paired seeds: the effect is the mean "
+    "paired difference (or geometric-mean ratio) in the claimed direction; it *held* when it "
+    "clears the threshold by more than 2 paired standard errors, *did not hold* when it misses "
+    "it by more than that, and is *inconclusive* in between, with fewer than 2 seeds, or (instead "
+    "of held) when a seed's value is missing. A row "
+    "*held* when every primary criterion held, *did not hold* when one failed, *partly held* "
+    "when a majority held and none failed, and is *inconclusive* otherwise. Facts are true by "
+    "construction and are reported, not judged.")
+
+
+def _fmt(x: Any) -> str:
+  if isinstance(x, float):
+    return f"{x:.4g}"
+  return "n/a" if x is None else str(x)
+
+
+def _threshold_text(c: Mapping[str, Any]) -> str:
+  t = c.get("threshold")
+  if c.get("kind") == "ratio":
+    return f"> {1.0 if t is None else t:g}x"
+  unit = f" {c['unit']}" if c.get("unit") else ""
+  return f"> {0.0 if t is None else t:+g}{unit}"
+
+
+def _criteria_lines(report: Mapping[str, Any]) -> list[str]:
+  """The per-criterion table and the facts of one row, as markdown lines."""
+  lines = []
+  criteria = report.get("criteria") or []
+  if criteria:
+    lines += ["| criterion | claim (paper) | metric | better | ours / baseline (mean) | "
+              "effect ± SE (measured, + = claimed direction) | needs effect | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for c in criteria:
+      name = c.get("name", "") + ("" if c.get("primary", True) else " (secondary)")
+      means = (f"{_fmt(c.get('method_mean'))} / {_fmt(c.get('baseline_mean'))}"
+               if c.get("baseline_mean") is not None else "")
+      lines.append("| " + " | ".join(_cell(x) for x in (
+          name, c.get("claim", ""), c.get("metric", ""), c.get("direction", ""),
+          means, _verdict.format_effect(c), _threshold_text(c), c.get("verdict", ""))) + " |")
+    lines.append("")
+  for f in report.get("facts") or []:
+    unit = f" {f['unit']}" if f.get("unit") else ""
+    lines.append(f"- fact (by construction, not judged): {f.get('statement', f.get('name', ''))}"
+                 f": {_fmt(f.get('value'))}{unit}")
+  if report.get("facts"):
+    lines.append("")
+  return lines
 
 
 def render_report(entries: Sequence[tuple[str, str, dict[str, Any]]], path: str,
                   *, title: str = "jaxlab reproduction report", preamble: str = "") -> str:
   """Renders REPORT.md from `(name, workdir, results)` entries; returns `path`.
 
-  Plot links are written relative to the report's folder.
+  The summary table has one row per experiment; each experiment's section lists its
+  criteria (claim, measured means, effect +- SE, threshold, own verdict), its facts,
+  details and plots. `LEGEND` (what is quoted, what is measured, the verdict rules)
+  follows the preamble. Plot links are written relative to the report's folder.
+
+  Args:
+    entries: `(name, workdir, results)`, where `results["report"]` is a `ReportRow`
+      as a dict (`to_jsonable(row)`).
+    path: where to write the markdown.
+    title: the first heading.
+    preamble: a paragraph before the legend (the preset, the command).
+
+  Returns:
+    `path`.
+
+  Example::
+
+    row = ReportRow("m", "claim", "1.0", "2.0", "held")
+    render_report([("exp", "runs/exp", {"report": to_jsonable(row)})], "runs/REPORT.md")
   """
   root = os.path.dirname(os.path.abspath(path))
   lines = [f"# {title}", ""]
   if preamble:
     lines += [preamble, ""]
+  lines += [LEGEND, ""]
   lines += ["| experiment | method | paper claim | baseline | ours | verdict |",
             "|---|---|---|---|---|---|"]
   for name, _, results in entries:
@@ -106,6 +200,7 @@ def render_report(entries: Sequence[tuple[str, str, dict[str, Any]]], path: str,
   for name, workdir, results in entries:
     r = results.get("report", {})
     lines += ["", f"## {name}: {r.get('method', '')}", ""]
+    lines += _criteria_lines(r)
     if r.get("details"):
       lines += [r["details"], ""]
     for plot in r.get("plots", []):
