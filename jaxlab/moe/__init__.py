@@ -1,4 +1,9 @@
-"""Mixture of experts: routers (top-k, pruned top-k0, OEA) and the MoE FFN layer."""
+"""Mixture of experts: routers (top-k, pruned top-k0, OEA) and the MoE FFN layer.
+
+Non-finite rule: a token whose router logits hold a NaN or +Inf (or are all
+-Inf) gets no experts and NaN weights (so a NaN MoE output), does not count
+toward T, and never changes what the other tokens get (`routing`).
+"""
 
 from jaxlab.moe.layer import (
     IMPLS,
@@ -12,6 +17,7 @@ from jaxlab.moe.layer import (
 )
 from jaxlab.moe.routing import (
     expert_ranks,
+    nonfinite_rows,
     num_active_experts,
     oea_route,
     pruned_topk_route,
@@ -22,6 +28,6 @@ from jaxlab.moe.routing import (
 
 __all__ = [
     "IMPLS", "ROUTINGS", "MoE", "MoEFFN", "expert_ranks", "grouped_matmul", "load_balance_loss",
-    "mean_active_experts", "num_active_experts", "oea_route", "pruned_topk_route", "renormalize",
-    "route", "sort_by_expert", "topk_route",
+    "mean_active_experts", "nonfinite_rows", "num_active_experts", "oea_route",
+    "pruned_topk_route", "renormalize", "route", "sort_by_expert", "topk_route",
 ]

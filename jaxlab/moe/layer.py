@@ -20,6 +20,13 @@ token-expert slots on e, P_e the mean router probability) and
 `active_experts` (mean T per position). `load_balance_loss(intermediates)`
 sums the former over layers for the training loss.
 
+Non-finite rule (the routers' rule, `jaxlab.moe.routing`): a token whose
+router logits hold a NaN or +Inf (or are all -Inf) uses no expert and its
+output is NaN, for every `impl`; it does not count toward T and leaves every
+other token's routing and output exactly as without it. The sown
+`load_balance_loss` of such a batch is NaN (it averages every token's router
+probabilities), so a training run sees the fault instead of a silent value.
+
 Example:
   >>> import jax, jax.numpy as jnp
   >>> moe = MoE(num_experts=8, k=2, d_ff=16)
@@ -40,8 +47,9 @@ from jax import Array
 from jaxtyping import Bool, Float, Int
 
 from jaxlab.moe import routing as routing_lib
+from pallas_kernels import moe as moe_kernels
 
-ROUTINGS = ("topk", "pruned", "oea")
+ROUTINGS = routing_lib.ROUTINGS
 IMPLS = ("ragged_dot", "pallas", "dense")
 
 
@@ -72,8 +80,8 @@ def grouped_matmul(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"],
   if impl == "ragged_dot":
     return jax.lax.ragged_dot(lhs, rhs, group_sizes, preferred_element_type=jnp.float32)
   if impl == "pallas":
-    from pallas_kernels import moe as moe_kernels  # pallas_kernels imports jaxlab.moe.routing
-    return moe_kernels.gmm(lhs, rhs, group_sizes)
+    # Asked for by name: the kernel runs (interpreted on CPU), never the XLA fallback.
+    return moe_kernels.gmm(lhs, rhs, group_sizes, implementation="pallas")
   raise ValueError(f"impl must be 'ragged_dot' or 'pallas', got {impl!r}")
 
 

@@ -1,21 +1,12 @@
 """MoE routers: softmax top-k, pruned top-k0 and OEA batch-aware routing.
 
-Every router here is written with static shapes and without a sort, so it
-jits, vmaps and maps onto a Pallas kernel (`pallas_kernels.moe`): an expert's
-*rank* on a token is the number of experts that beat it (higher probability,
-ties broken by the lower index), and "the top-k" is `rank < k`.
-
-Each router returns `(mask, weights)`: a bool [b, N] mask of the chosen
-experts and float32 [b, N] weights, the router probabilities renormalized over
-the chosen set (Qwen3 `norm_topk_prob=True`; OEA paper Eq. 1).
-
-OEA (Oncescu et al., arXiv 2511.02237, Alg. 1/2): every token keeps its own
-top-k0 ("base" experts); the batch's union of base experts is then the set of
-loaded experts, and each token additionally "piggybacks" on the loaded experts
-among its next-ranked choices, up to k_max experts in total. The number of
-distinct experts T is the union of the base sets, so decode cost (which grows
-with T in the memory-bound regime) falls while each token still uses up to
-k_max experts.
+The routers are defined in `pallas_kernels.moe.reference`, beside the Pallas
+routing kernel whose numerics they specify (kernels sit below the library in
+jaxlab's dependency order); this module is their home in the library API.
+See that module for the rank-based formulation, OEA (Oncescu et al., arXiv
+2511.02237) and the non-finite rule: a token whose logit row holds a NaN or
++Inf (or is all -Inf) gets no experts and NaN weights, and never changes what
+the other tokens of its batch get.
 
 Example:
   >>> import jax
@@ -25,172 +16,18 @@ Example:
   ((16, 32), True)
 """
 
-import jax
-import jax.numpy as jnp
-from jax import Array
-from jaxtyping import Bool, Float, Int
+from pallas_kernels.moe.reference import (
+    ROUTINGS,
+    expert_ranks,
+    nonfinite_rows,
+    num_active_experts,
+    oea_route,
+    pruned_topk_route,
+    renormalize,
+    route,
+    router_probs,
+    topk_route,
+)
 
-
-def _check_logits(logits) -> None:
-  if logits.ndim != 2:
-    raise ValueError(f"logits must be [tokens, num_experts], got shape {logits.shape}")
-  if not jnp.issubdtype(logits.dtype, jnp.floating):
-    raise ValueError(f"logits must be floating point, got {logits.dtype}")
-
-
-def _check_k(name: str, k: int, num_experts: int) -> None:
-  if not isinstance(k, int) or not 1 <= k <= num_experts:
-    raise ValueError(f"{name} must be an int in [1, num_experts={num_experts}], got {k!r}")
-
-
-def expert_ranks(probs: Float[Array, "b n"]) -> Int[Array, "b n"]:
-  """Rank of each expert per token: 0 = highest score; ties go to the lower index.
-
-  O(b * N^2) pairwise comparisons instead of a sort (N is at most a few
-  hundred for MoE routers).
-  """
-  n = probs.shape[-1]
-  idx = jnp.arange(n)
-  pi, pj = probs[:, :, None], probs[:, None, :]  # [b, e, e']
-  beats = (pj > pi) | ((pj == pi) & (idx[None, :] < idx[:, None])[None])
-  return beats.sum(-1).astype(jnp.int32)
-
-
-def renormalize(probs: Float[Array, "b n"], mask: Bool[Array, "b n"]) -> Float[Array, "b n"]:
-  """`probs * mask / sum(probs * mask)`; all-zero rows stay zero (never NaN)."""
-  w = jnp.where(mask, probs, 0.0).astype(jnp.float32)
-  total = w.sum(-1, keepdims=True)
-  return jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), 0.0)
-
-
-def topk_route(logits: Float[Array, "b n"], k: int) -> tuple[Bool[Array, "b n"],
-                                                             Float[Array, "b n"]]:
-  """Softmax top-k routing with renormalized weights (vanilla MoE routing).
-
-  Args:
-    logits: router logits [b, N] (one row per token).
-    k: experts per token.
-
-  Returns:
-    (mask [b, N] bool, weights [b, N] float32 summing to 1 over the mask).
-
-  Example:
-    >>> import jax.numpy as jnp
-    >>> mask, w = topk_route(jnp.array([[0.0, 2.0, 1.0]]), k=2)
-    >>> mask.tolist()
-    [[False, True, True]]
-  """
-  _check_logits(logits)
-  _check_k("k", k, logits.shape[-1])
-  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-  mask = expert_ranks(probs) < k
-  return mask, renormalize(probs, mask)
-
-
-def pruned_topk_route(logits: Float[Array, "b n"], k0: int) -> tuple[Bool[Array, "b n"],
-                                                                     Float[Array, "b n"]]:
-  """Pruned top-k0: a model trained with top-k served with its top-k0 only.
-
-  The baseline OEA is compared against (same T reduction, no piggybacking).
-  Identical to `topk_route(logits, k0)`.
-  """
-  return topk_route(logits, k0)
-
-
-def oea_route(logits: Float[Array, "b n"], *, k0: int, k_max: int, p: float = 1.0,
-              max_p: int | None = None, valid: Bool[Array, "b"] | None = None
-              ) -> tuple[Bool[Array, "b n"], Float[Array, "b n"]]:
-  """Opportunistic Expert Activation: batch-aware routing of one decode batch.
-
-  General form (paper Alg. 2); the simplified form (Alg. 1, the paper's
-  recommendation) is `p=1, max_p=N`, which are the defaults.
-
-  1. Base experts: token i keeps its first `n_i = min(k0, t_i)` experts, t_i
-     the smallest prefix of its ranked experts with probability mass >= p
-     (p >= 1 means no top-p cut: n_i = k0).
-  2. Piggyback: each token adds, in rank order among its ranks < max_p, the
-     experts that are in the batch's union of base experts, while it has fewer
-     than k_max experts ("add only while |S_i| < k_max", the spec's reading of
-     the printed `if |S_i| > k: break`).
-  3. Weights: router probabilities renormalized over the final set.
-
-  The rows of `logits` are one batch (e.g. one decode step); call it per step
-  (or vmap over steps) to route several.
-
-  Args:
-    logits: router logits [b, N], one row per token of the batch.
-    k0: base experts per token, 1 <= k0 <= k_max.
-    k_max: most experts per token (the model's trained k).
-    p: top-p threshold of phase 1, in (0, 1].
-    max_p: piggyback only on ranks < max_p (default N), k_max <= max_p <= N.
-    valid: optional bool [b]; rows marked False (padding slots of a decode
-      batch) get no experts (an empty mask, zero weights) and so never add to
-      the batch's union.
-
-  Returns:
-    (mask [b, N] bool, weights [b, N] float32).
-
-  Example:
-    >>> import jax.numpy as jnp
-    >>> logits = jnp.log(jnp.array([[0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.3, 0.5]]))
-    >>> mask, _ = oea_route(logits, k0=1, k_max=2)
-    >>> mask.astype(int).tolist()  # token 0 piggybacks on expert 3, token 1 on 0
-    [[1, 0, 0, 1], [1, 0, 0, 1]]
-  """
-  _check_logits(logits)
-  b, n = logits.shape
-  _check_k("k_max", k_max, n)
-  _check_k("k0", k0, k_max)
-  if not 0.0 < p <= 1.0:
-    raise ValueError(f"p must be in (0, 1], got {p}")
-  max_p = n if max_p is None else max_p
-  if not isinstance(max_p, int) or not k_max <= max_p <= n:
-    raise ValueError(f"max_p must be an int in [k_max={k_max}, N={n}], got {max_p!r}")
-  if valid is not None and valid.shape != (b,):
-    raise ValueError(f"valid must be bool [{b}], got shape {valid.shape}")
-
-  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-  rank = expert_ranks(probs)
-  if p >= 1.0:
-    n_base = jnp.full((b, 1), k0, jnp.int32)
-  else:
-    # Probability mass strictly before each expert in rank order; t_i counts
-    # the experts whose preceding mass is still < p.
-    before = jnp.where(rank[:, None, :] < rank[:, :, None], probs[:, None, :], 0.0).sum(-1)
-    t = (before < p).sum(-1, keepdims=True).astype(jnp.int32)
-    n_base = jnp.minimum(k0, t)
-  base = rank < n_base
-  if valid is not None:
-    base = base & valid[:, None]
-  active = base.any(axis=0)  # [N]: the batch's loaded experts
-  cand = active[None, :] & ~base & (rank < max_p)
-  # Position of each candidate among the token's candidates in rank order.
-  order = (cand[:, None, :] & (rank[:, None, :] <= rank[:, :, None])).sum(-1)
-  extra = cand & (order <= k_max - n_base)
-  mask = base | extra
-  if valid is not None:
-    mask = mask & valid[:, None]
-  return mask, renormalize(probs, mask)
-
-
-def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None = None,
-          p: float = 1.0, max_p: int | None = None) -> tuple[Bool[Array, "b n"],
-                                                             Float[Array, "b n"]]:
-  """Dispatches on `routing` in {"topk", "pruned", "oea"} (k is the trained top-k).
-
-  "pruned" keeps the top-k0; "oea" routes with `oea_route(k0=k0, k_max=k, p, max_p)`.
-  """
-  if routing == "topk":
-    return topk_route(logits, k)
-  if routing not in ("pruned", "oea"):
-    raise ValueError(f"routing must be 'topk', 'pruned' or 'oea', got {routing!r}")
-  if k0 is None:
-    raise ValueError(f"routing={routing!r} needs k0")
-  if routing == "pruned":
-    return pruned_topk_route(logits, k0)
-  return oea_route(logits, k0=k0, k_max=k, p=p, max_p=max_p)
-
-
-def num_active_experts(mask: Bool[Array, "b n"]) -> Int[Array, ""]:
-  """T: distinct experts used by at least one token of the batch."""
-  return mask.any(axis=0).sum().astype(jnp.int32)
+__all__ = ["ROUTINGS", "expert_ranks", "nonfinite_rows", "num_active_experts", "oea_route",
+           "pruned_topk_route", "renormalize", "route", "router_probs", "topk_route"]

@@ -1,7 +1,8 @@
 """Pallas kernel bodies for FP4 quantize and dequant-matmul (no jit, no pallas_call).
 
-Bodies use generic `jnp`/`pl` ops only, so one body serves TPU (Mosaic), GPU
-(Triton) and CPU interpret mode. Block math is shared with `jaxlab.formats`
+Bodies use generic `jnp`/`pl` ops only. `quantize_kernel` serves every
+backend; `dequant_matmul_kernel` (K grid axis, VMEM accumulator) serves Mosaic
+TPU and CPU interpret mode, `dequant_matmul_gpu_kernel` Triton. Block math is shared with `jaxlab.formats`
 (the reference), which is written in kernel-friendly arithmetic.
 """
 
@@ -10,7 +11,6 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from jaxlab import formats
-from jaxlab.formats import _grids
 
 BLOCK = 16  # NVFP4 / MixFP4 elements per scale
 
@@ -47,30 +47,66 @@ def _expand(v, bk16: int, bk2: int):
   return jnp.dot(v, e, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
 
 
-def dequant_matmul_kernel(xe_ref, xo_ref, codes_ref, scales_ref, sdec_ref, o_ref, *, bk: int):
-  """out[bm, bn] = (x_even @ W_lo^T + x_odd @ W_hi^T) * S_dec, K looped in chunks of bk.
+def _chunk(xe, xo, c, s, bk: int):
+  """Partial product of one K chunk: x_even @ W_lo^T + x_odd @ W_hi^T (float32).
+
+  xe, xo: [bm, bk/2] activations; c: [bn, bk/2] packed codes (int32); s: [bn,
+  bk/16] scale bytes (int32, MixFP4 flag in bit 7).
+  """
+  bk2, bk16 = bk // 2, bk // BLOCK
+  smag = formats.decode_float((s & 0x7F).astype(jnp.uint8), formats.E4M3)
+  s_exp = _expand(smag, bk16, bk2)
+  f_exp = _expand((s >> 7).astype(jnp.float32), bk16, bk2)
+  w_lo = formats.decode_mix_e2m2(c & 0xF, f_exp) * s_exp
+  w_hi = formats.decode_mix_e2m2(c >> 4, f_exp) * s_exp
+  dims = (((1,), (1,)), ((), ()))
+  hp = jax.lax.Precision.HIGHEST
+  acc = jax.lax.dot_general(xe.astype(jnp.float32), w_lo, dims, precision=hp,
+                            preferred_element_type=jnp.float32)
+  return acc + jax.lax.dot_general(xo.astype(jnp.float32), w_hi, dims, precision=hp,
+                                   preferred_element_type=jnp.float32)
+
+
+def dequant_matmul_kernel(xe_ref, xo_ref, codes_ref, scales_ref, sdec_ref, o_ref, acc_ref, *,
+                          bk: int):
+  """Grid (m tiles, n tiles, K chunks), K last and "arbitrary" (TPU layout, CPU interpret).
 
   The activations arrive split into even/odd K columns, matching the low/high
   nibbles of the packed weight bytes, so no in-kernel interleave is needed.
+  xe/xo/codes are [bm|bn, bk/2] chunks of this K step; the scale bytes are
+  the whole K of the n tile ([bn, K/16]: one fetch per output tile, and a
+  K/16-wide block satisfies TPU's 128-lane rule for any K), sliced here.
+  acc_ref is an f32 VMEM accumulator that lives across the K steps.
+  """
+  kk = pl.program_id(2)
+  bk16 = bk // BLOCK
+
+  @pl.when(kk == 0)
+  def _zero():
+    acc_ref[...] = jnp.zeros_like(acc_ref)
+
+  s = scales_ref[:, pl.ds(kk * bk16, bk16)].astype(jnp.int32)
+  acc_ref[...] += _chunk(xe_ref[...], xo_ref[...], codes_ref[...].astype(jnp.int32), s, bk)
+
+  @pl.when(kk == pl.num_programs(2) - 1)
+  def _store():
+    o_ref[...] = (acc_ref[...] * sdec_ref[...]).astype(o_ref.dtype)
+
+
+def dequant_matmul_gpu_kernel(xe_ref, xo_ref, codes_ref, scales_ref, sdec_ref, o_ref, *, bk: int):
+  """Triton variant: grid (m tiles, n tiles); K looped in-kernel in chunks of bk.
+
+  Triton programs cannot carry an accumulator across grid steps, so the K
+  reduction is a loop over dynamic slices of full-K blocks, accumulated in
+  registers (float32).
   """
   k2 = codes_ref.shape[1]
   bk2, bk16 = bk // 2, bk // BLOCK
-  dims = (((1,), (1,)), ((), ()))
 
   def body(i, acc):
     c = codes_ref[:, pl.ds(i * bk2, bk2)].astype(jnp.int32)
     s = scales_ref[:, pl.ds(i * bk16, bk16)].astype(jnp.int32)
-    smag = _grids._decode_float((s & 0x7F).astype(jnp.uint8), _grids.E4M3)
-    s_exp = _expand(smag, bk16, bk2)
-    f_exp = _expand((s >> 7).astype(jnp.float32), bk16, bk2)
-    w_lo = _grids.decode_mix_e2m2(c & 0xF, f_exp) * s_exp
-    w_hi = _grids.decode_mix_e2m2(c >> 4, f_exp) * s_exp
-    xe = xe_ref[:, pl.ds(i * bk2, bk2)].astype(jnp.float32)
-    xo = xo_ref[:, pl.ds(i * bk2, bk2)].astype(jnp.float32)
-    hp = jax.lax.Precision.HIGHEST
-    acc += jax.lax.dot_general(xe, w_lo, dims, precision=hp, preferred_element_type=jnp.float32)
-    acc += jax.lax.dot_general(xo, w_hi, dims, precision=hp, preferred_element_type=jnp.float32)
-    return acc
+    return acc + _chunk(xe_ref[:, pl.ds(i * bk2, bk2)], xo_ref[:, pl.ds(i * bk2, bk2)], c, s, bk)
 
   acc = jax.lax.fori_loop(0, k2 // bk2, body, jnp.zeros(o_ref.shape, jnp.float32))
   o_ref[...] = (acc * sdec_ref[...]).astype(o_ref.dtype)

@@ -1,10 +1,17 @@
 """Public FP4 kernel API: fused NVFP4/MixFP4 quantize and dequant-matmul.
 
-`implementation`: None or "pallas" runs the Pallas kernel, "xla" the pure-jnp
-reference. `interpret`: None means interpret mode on CPU and compiled on
-GPU/TPU (`pallas_kernels._common.interpret_default`). `platform` picks the
-compiler params when lowering for another platform than the default backend
-(e.g. lowering for "tpu" or "cuda" from a CPU machine).
+Dispatch is `pallas_kernels._common.resolve` (tokamax style):
+`implementation=None` runs Mosaic TPU on TPU, the Pallas GPU variant on GPU
+and the XLA reference on CPU; "pallas" (or a variant by name) runs the kernel,
+interpreted on CPU; "xla" the reference. `interpret=True` asks for the kernel
+in interpret mode. `platform` picks the variant and compiler params when
+lowering for another platform than the default backend (e.g. "tpu" or "cuda"
+from a CPU machine).
+
+Variants: quantize has Mosaic TPU and Triton (Mosaic GPU's lane lowering has
+no `floor`, which exact rounding needs); dequant-matmul has Mosaic TPU (grid
+(m, n, K) with an f32 VMEM accumulator, K "arbitrary"), Triton (K looped in
+the program); a Mosaic GPU variant is not written yet (Triton is the GPU path).
 """
 
 import dataclasses
@@ -15,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Float
 
 from jaxlab import formats
@@ -41,11 +49,12 @@ class QuantizeBlockSizes:
 class MatmulBlockSizes:
   """Tile of the dequant-matmul: out block m x n, K consumed in chunks of k.
 
-  On TPU, n must be a multiple of 128 or the full N (blocks clip to the dims).
+  Blocks clip to the dims. On TPU, n must be a multiple of 128 or the full N,
+  and k a multiple of 256 or the full K (a k chunk is k/2 packed bytes wide).
   """
   m: int = 16
   n: int = 128
-  k: int = 128
+  k: int = 512
 
 
 def _tile(name: str, size: int, block: int, multiple: int = 1) -> int:
@@ -56,8 +65,12 @@ def _tile(name: str, size: int, block: int, multiple: int = 1) -> int:
   return b
 
 
-@functools.partial(jax.jit, static_argnames=("fmt", "select_p", "block", "interpret", "platform"))
-def _quantize_pallas(x, sc, *, fmt, select_p, block, interpret, platform):
+QUANTIZE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
+MATMUL_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "select_p", "block", "backend"))
+def _quantize_pallas(x, sc, *, fmt, select_p, block, backend):
   m, k = x.shape
   bm = _tile("quantize rows", m, block.rows)
   bk = _tile("quantize cols", k, block.cols or k, kernel.BLOCK)
@@ -70,8 +83,8 @@ def _quantize_pallas(x, sc, *, fmt, select_p, block, interpret, platform):
                 pl.BlockSpec((1, 2), lambda i, j: (0, 0))],
       out_specs=(pl.BlockSpec((bm, bk // 2), lambda i, j: (i, j)),
                  pl.BlockSpec((bm, bk // kernel.BLOCK), lambda i, j: (i, j))),
-      compiler_params=_common.compiler_params(platform),
-      interpret=interpret, name=f"jaxlab_{fmt}_quantize")(x, sc)
+      compiler_params=_common.compiler_params(backend, ("parallel", "parallel")),
+      interpret=backend.interpret, name=f"jaxlab_{fmt}_quantize")(x, sc)
 
 
 def quantize(x: Float[Array, "m k"], fmt: str = "nvfp4", *, select_p: float = 2.0,
@@ -88,9 +101,10 @@ def quantize(x: Float[Array, "m k"], fmt: str = "nvfp4", *, select_p: float = 2.
     fmt: "nvfp4" or "mixfp4".
     select_p: MixFP4 selector norm (see `jaxlab.formats.make_format`).
     block: tile sizes.
-    implementation: None/"pallas" (kernel) or "xla" (reference).
-    interpret: None = interpret on CPU only.
-    platform: target for compiler params (None = default backend).
+    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
+      "triton" or "xla" (`pallas_kernels._common`).
+    interpret: True runs the kernel in interpret mode; None = only on CPU.
+    platform: target for variant and compiler params (None = default backend).
 
   Returns:
     A `jaxlab.formats.QArray` (codes [m, k/2], scales [m, k/16], axis=1).
@@ -108,41 +122,64 @@ def quantize(x: Float[Array, "m k"], fmt: str = "nvfp4", *, select_p: float = 2.
   if x.shape[1] % kernel.BLOCK:
     raise ValueError(f"x's last axis ({x.shape[1]}) must be a multiple of {kernel.BLOCK}")
   opts = {"select_p": select_p} if fmt == "mixfp4" else {}
-  if implementation == "xla":
+  backend = _common.resolve("quantize", implementation, interpret=interpret, platform=platform,
+                            variants=QUANTIZE_VARIANTS)
+  if backend.is_xla:
     return formats.quantize(x, fmt, **opts)
-  if implementation not in (None, "pallas"):
-    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
   xf = jnp.where(jnp.abs(x) <= np.finfo(np.float32).max, x.astype(jnp.float32), 0.0)
   s_enc = formats.tensor_encode_scale(jnp.max(jnp.abs(xf)), 6.0)
   s_dec = 1.0 / s_enc
   sc = jnp.stack([s_enc, s_dec]).reshape(1, 2)
   codes, scales = _quantize_pallas(x, sc, fmt=fmt, select_p=float(select_p), block=block,
-                                   interpret=_common.resolve_interpret(interpret),
-                                   platform=platform)
+                                   backend=backend)
   return formats.QArray(codes, scales, s_dec, formats.make_format(fmt, **opts), tuple(x.shape), 1)
 
 
-@functools.partial(jax.jit, static_argnames=("block", "interpret", "platform"))
-def _dequant_matmul_pallas(x, codes, scales, s_dec, *, block, interpret, platform):
+@functools.partial(jax.jit, static_argnames=("block", "backend"))
+def _dequant_matmul_pallas(x, codes, scales, s_dec, *, block, backend):
   m, k = x.shape
   n = codes.shape[0]
   bm = _tile("matmul m", m, block.m)
   bn = _tile("matmul n", n, block.n)
   bk = _tile("matmul k", k, block.k, kernel.BLOCK)
   xe, xo = x[:, 0::2], x[:, 1::2]
+  sdec = s_dec.reshape(1, 1)
+  out_shape = jax.ShapeDtypeStruct((m, n), jnp.float32)
+  if backend.kind == _common.TRITON:
+    return pl.pallas_call(
+        functools.partial(kernel.dequant_matmul_gpu_kernel, bk=bk),
+        out_shape=out_shape,
+        grid=(m // bm, n // bn),
+        in_specs=[pl.BlockSpec((bm, k // 2), lambda i, j: (i, 0)),
+                  pl.BlockSpec((bm, k // 2), lambda i, j: (i, 0)),
+                  pl.BlockSpec((bn, k // 2), lambda i, j: (j, 0)),
+                  pl.BlockSpec((bn, k // kernel.BLOCK), lambda i, j: (j, 0)),
+                  pl.BlockSpec((1, 1), lambda i, j: (0, 0))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        compiler_params=_common.compiler_params(backend),
+        interpret=backend.interpret, name="jaxlab_fp4_dequant_matmul_triton")(
+            xe, xo, codes, scales, sdec)
+  if not backend.interpret and bk != k and (bk // 2) % 128:
+    raise ValueError(f"matmul k: on TPU the K chunk ({bk}) must be the full K ({k}) or a "
+                     "multiple of 256 (its packed bytes fill 128 lanes)")
   return pl.pallas_call(
       functools.partial(kernel.dequant_matmul_kernel, bk=bk),
-      out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
-      grid=(m // bm, n // bn),
-      in_specs=[pl.BlockSpec((bm, k // 2), lambda i, j: (i, 0)),
-                pl.BlockSpec((bm, k // 2), lambda i, j: (i, 0)),
-                pl.BlockSpec((bn, k // 2), lambda i, j: (j, 0)),
-                pl.BlockSpec((bn, k // kernel.BLOCK), lambda i, j: (j, 0)),
-                pl.BlockSpec((1, 1), lambda i, j: (0, 0))],
-      out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
-      compiler_params=_common.compiler_params(platform),
-      interpret=interpret, name="jaxlab_fp4_dequant_matmul")(
-          xe, xo, codes, scales, s_dec.reshape(1, 1))
+      out_shape=out_shape,
+      grid=(m // bm, n // bn, k // bk),
+      in_specs=[pl.BlockSpec((bm, bk // 2), lambda i, j, kk: (i, kk)),
+                pl.BlockSpec((bm, bk // 2), lambda i, j, kk: (i, kk)),
+                pl.BlockSpec((bn, bk // 2), lambda i, j, kk: (j, kk)),
+                pl.BlockSpec((bn, k // kernel.BLOCK), lambda i, j, kk: (j, 0)),
+                pl.BlockSpec((1, 1), lambda i, j, kk: (0, 0))],
+      out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+      scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+      compiler_params=_common.compiler_params(backend, ("parallel", "parallel", "arbitrary")),
+      interpret=backend.interpret, name="jaxlab_fp4_dequant_matmul")(xe, xo, codes, scales, sdec)
+
+
+# One jitted XLA program (as the reference under a user's jit), so eager
+# callers of `implementation=None` on CPU pay no per-op dispatch.
+_dequant_matmul_xla = jax.jit(reference.dequant_matmul_reference)
 
 
 def _zero_cotangent(a):
@@ -151,18 +188,18 @@ def _zero_cotangent(a):
   return np.zeros(a.shape, jax.dtypes.float0)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _dequant_matmul(x, wq, block, interpret, platform):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _dequant_matmul(x, wq, block, backend):
   return _dequant_matmul_pallas(x, wq.codes, wq.scales, wq.tensor_scale, block=block,
-                                interpret=interpret, platform=platform)
+                                backend=backend)
 
 
-def _dm_fwd(x, wq, block, interpret, platform):
-  return _dequant_matmul(x, wq, block, interpret, platform), (x, wq)
+def _dm_fwd(x, wq, block, backend):
+  return _dequant_matmul(x, wq, block, backend), (x, wq)
 
 
-def _dm_bwd(block, interpret, platform, res, g):
-  del block, interpret, platform
+def _dm_bwd(block, backend, res, g):
+  del block, backend
   x, wq = res
   _, vjp = jax.vjp(lambda v: reference.dequant_matmul_reference(v, wq), x)
   (gx,) = vjp(g)
@@ -183,9 +220,10 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     wq: an NVFP4 or MixFP4 `QArray` of a [k, n] weight quantized along axis 0
       (`jaxlab.formats.quantize(w, fmt, axis=0)`): codes [n, k/2], scales [n, k/16].
     block: tile sizes (m, n divide the dims; k a multiple of 16 dividing K).
-    implementation: None/"pallas" or "xla" (`reference.dequant_matmul_reference`).
-    interpret: None = interpret on CPU only.
-    platform: target for compiler params.
+    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
+      "triton" or "xla" (`reference.dequant_matmul_reference`).
+    interpret: True runs the kernel in interpret mode; None = only on CPU.
+    platform: target for variant and compiler params.
 
   Returns:
     [m, n] float32. Gradient w.r.t. x through the reference (custom_vjp).
@@ -207,8 +245,8 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     raise ValueError(f"x must be [m, {wq.shape[0]}], got {x.shape}")
   if wq.shape[0] % kernel.BLOCK:
     raise ValueError(f"k={wq.shape[0]} must be a multiple of {kernel.BLOCK} (no padded weights)")
-  if implementation == "xla":
-    return reference.dequant_matmul_reference(x, wq)
-  if implementation not in (None, "pallas"):
-    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
-  return _dequant_matmul(x, wq, block, _common.resolve_interpret(interpret), platform)
+  backend = _common.resolve("dequant_matmul", implementation, interpret=interpret,
+                            platform=platform, variants=MATMUL_VARIANTS)
+  if backend.is_xla:
+    return _dequant_matmul_xla(x, wq)
+  return _dequant_matmul(x, wq, block, backend)

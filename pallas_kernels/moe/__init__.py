@@ -1,7 +1,8 @@
 """MoE Pallas kernels: megablox-style grouped matmul and the routing mask.
 
-Numerics are defined by `jax.lax.ragged_dot` and `jaxlab.moe.routing`
-(see `reference.py`).
+Numerics are defined by `reference.py`: `jax.lax.ragged_dot` and the routers
+(top-k, pruned top-k0, OEA, with their non-finite rule), which `jaxlab.moe`
+re-exports as its routing API.
 """
 
 from pallas_kernels.moe.ops import GmmBlockSizes, gmm, make_group_metadata, route

@@ -68,12 +68,19 @@ def route_kernel(probs_ref, mask_ref, w_ref, *, mode: str, k: int, k0: int, p: f
                  max_p: int):
   """Routing mask of one whole batch [b, N] (OEA pools every row).
 
+  Non-finite rows (the reference's rule) get an empty mask and NaN weights and
+  are left out of the OEA union.
+
   Ranks and rank-ordered sums use a static loop over experts; column j is
   extracted by a masked row reduction (no sort, no slices, no 3-D
   temporaries: Triton has no lowering for `slice`), so it lowers on TPU and GPU.
   """
-  probs = probs_ref[...]
-  b, n = probs.shape
+  raw = probs_ref[...]
+  b, n = raw.shape
+  # Non-finite logit rows arrive as all-NaN softmax rows (x != x is NaN's
+  # test): zeroed so no NaN reaches the ranks, and dropped from every mask.
+  bad = jnp.max((raw != raw).astype(jnp.int32), axis=1, keepdims=True) > 0  # [b, 1]
+  probs = jnp.where(bad, 0.0, raw)
   col = jax.lax.broadcasted_iota(jnp.int32, (b, n), 1)
 
   def column(x, j):  # x[:, j:j + 1]
@@ -84,7 +91,7 @@ def route_kernel(probs_ref, mask_ref, w_ref, *, mode: str, k: int, k0: int, p: f
     pj = column(probs, j)
     rank += ((pj > probs) | ((pj == probs) & (j < col))).astype(jnp.int32)
   if mode in ("topk", "pruned"):
-    mask = rank < (k if mode == "topk" else k0)
+    mask = (rank < (k if mode == "topk" else k0)) & ~bad
   else:
     if p >= 1.0:
       n_base = jnp.full((b, 1), k0, jnp.int32)
@@ -94,15 +101,16 @@ def route_kernel(probs_ref, mask_ref, w_ref, *, mode: str, k: int, k0: int, p: f
         before += jnp.where(column(rank, j) < rank, column(probs, j), 0.0)
       t = jnp.sum((before < p).astype(jnp.int32), axis=1, keepdims=True)
       n_base = jnp.minimum(k0, t)
-    base = rank < n_base
+    base = (rank < n_base) & ~bad
     active = jnp.max(base.astype(jnp.int32), axis=0, keepdims=True) > 0  # [1, N]
     cand = active & ~base & (rank < max_p)
     order = jnp.zeros((b, n), jnp.int32)
     for j in range(n):
       cj = column(cand.astype(jnp.int32), j) > 0
       order += (cj & (column(rank, j) <= rank)).astype(jnp.int32)
-    mask = base | (cand & (order <= k - n_base))
+    mask = (base | (cand & (order <= k - n_base))) & ~bad
   w = jnp.where(mask, probs, 0.0)
   total = jnp.sum(w, axis=1, keepdims=True)
-  w_ref[...] = jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), 0.0)
+  w = jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), 0.0)
+  w_ref[...] = jnp.where(bad, jnp.nan, w)
   mask_ref[...] = mask.astype(jnp.int32)

@@ -1,11 +1,17 @@
 """Public MoE kernel API: megablox-style grouped matmul and the routing kernel.
 
-`implementation`: None or "pallas" runs the Pallas kernel, "xla" the pure-jnp
-reference. `interpret`: None means interpret mode on CPU and compiled on
-GPU/TPU (`pallas_kernels._common.interpret_default`). `platform` picks the
-kernel variant and compiler params when lowering for another platform than the
-default backend ("tpu": scalar-prefetch kernel; "cuda"/"rocm"/"gpu": Triton
-kernel; None: the default backend, CPU interpret runs the TPU variant).
+Dispatch is `pallas_kernels._common.resolve` (tokamax style):
+`implementation=None` runs Mosaic TPU on TPU, the Pallas GPU variant on GPU
+and the XLA reference on CPU; "pallas" (or a variant by name) runs the kernel,
+interpreted on CPU; "xla" the reference. `interpret=True` asks for the kernel
+in interpret mode. `platform` picks the variant and compiler params when
+lowering for another platform than the default backend ("tpu": the
+scalar-prefetch kernel; "cuda"/"rocm"/"gpu": the GPU variant; None: the default
+backend, and the CPU interpreter runs the TPU variant).
+
+Variants: gmm has Mosaic TPU, Mosaic GPU (`mgpu.py`, the GPU default for
+bfloat16/float16 operands; Hopper wgmma) and Triton (the GPU default for
+float32); route has Mosaic TPU and Triton.
 """
 
 import dataclasses
@@ -19,9 +25,12 @@ from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Bool, Float, Int
 
 from pallas_kernels import _common
-from pallas_kernels.moe import kernel, reference
+from pallas_kernels.moe import kernel, mgpu, reference
 
-_GPU = ("cuda", "rocm", "gpu")
+GMM_VARIANTS = (_common.MOSAIC_TPU, _common.MOSAIC_GPU, _common.TRITON)
+# Mosaic GPU's wgmma takes 16-bit operands (one dtype) here; others use Triton on GPU.
+GMM_VARIANTS_F32 = (_common.MOSAIC_TPU, _common.TRITON)
+ROUTE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +82,8 @@ def _tiles(lhs, rhs, block: GmmBlockSizes):
   return tm, tk, tn
 
 
-@functools.partial(jax.jit, static_argnames=("block", "interpret", "platform"))
-def _gmm_pallas(lhs, rhs, group_sizes, *, block, interpret, platform):
+@functools.partial(jax.jit, static_argnames=("block", "backend"))
+def _gmm_pallas(lhs, rhs, group_sizes, *, block, backend):
   m, k = lhs.shape
   g, _, n = rhs.shape
   tm, tk, tn = _tiles(lhs, rhs, block)
@@ -83,7 +92,19 @@ def _gmm_pallas(lhs, rhs, group_sizes, *, block, interpret, platform):
   offsets, group_ids, m_tile_ids, num_work = make_group_metadata(group_sizes, mp, tm)
   num_items = group_ids.shape[0]
   out_dtype = jnp.float32
-  if (platform or jax.default_backend()) in _GPU:
+  if backend.kind == _common.MOSAIC_GPU:
+    mgpu.check_tiles(tm, tk, tn, lhs.dtype)
+    tiles = mgpu.gmm_tiles(jnp.concatenate([group_ids, m_tile_ids]), lhs_p, rhs, tm=tm, tk=tk,
+                           tn=tn, num_items=num_items,
+                           compiler_params=_common.compiler_params(backend),
+                           interpret=backend.interpret)
+    # Keep each item's own group rows (and nothing of the padding items).
+    rows = m_tile_ids[:, None] * tm + jnp.arange(tm)[None, :]  # [W, tm]
+    mine = ((rows >= offsets[group_ids][:, None]) & (rows < offsets[group_ids + 1][:, None])
+            & (jnp.arange(num_items) < num_work[0])[:, None])
+    tiles = jnp.where(mine[:, :, None], tiles, 0.0)
+    out = jnp.zeros((mp // tm, tm, n), out_dtype).at[m_tile_ids].add(tiles).reshape(mp, n)
+  elif backend.kind == _common.TRITON:
     meta = jnp.concatenate([offsets, group_ids, m_tile_ids, num_work])
     tiles = pl.pallas_call(
         functools.partial(kernel.gmm_gpu_kernel, tm=tm, tk=tk, tn=tn, num_k=k // tk,
@@ -92,8 +113,8 @@ def _gmm_pallas(lhs, rhs, group_sizes, *, block, interpret, platform):
         grid=(num_items, n // tn),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 3,
         out_specs=pl.BlockSpec((None, tm, tn), lambda w, j: (w, 0, j)),
-        compiler_params=_common.compiler_params(platform),
-        interpret=interpret, name="jaxlab_moe_gmm_gpu")(meta, lhs_p, rhs)
+        compiler_params=_common.compiler_params(backend),
+        interpret=backend.interpret, name="jaxlab_moe_gmm_gpu")(meta, lhs_p, rhs)
     out = jnp.zeros((mp // tm, tm, n), out_dtype).at[m_tile_ids].add(tiles).reshape(mp, n)
   else:
     grid_spec = pltpu.PrefetchScalarGridSpec(
@@ -109,9 +130,8 @@ def _gmm_pallas(lhs, rhs, group_sizes, *, block, interpret, platform):
         functools.partial(kernel.gmm_kernel, tm=tm, num_k=k // tk),
         out_shape=jax.ShapeDtypeStruct((mp, n), out_dtype),
         grid_spec=grid_spec,
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "arbitrary", "arbitrary")),
-        interpret=interpret, name="jaxlab_moe_gmm")(
+        compiler_params=_common.compiler_params(backend, ("parallel", "arbitrary", "arbitrary")),
+        interpret=backend.interpret, name="jaxlab_moe_gmm")(
             offsets, group_ids, m_tile_ids, num_work, lhs_p, rhs)
   # Rows past sum(group_sizes) belong to no group (zeros, as in ragged_dot);
   # tiles no work item visits are never written by the kernel.
@@ -119,17 +139,17 @@ def _gmm_pallas(lhs, rhs, group_sizes, *, block, interpret, platform):
   return jnp.where(rows < offsets[-1], out, 0.0)[:m]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _gmm(lhs, rhs, group_sizes, block, interpret, platform):
-  return _gmm_pallas(lhs, rhs, group_sizes, block=block, interpret=interpret, platform=platform)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _gmm(lhs, rhs, group_sizes, block, backend):
+  return _gmm_pallas(lhs, rhs, group_sizes, block=block, backend=backend)
 
 
-def _gmm_fwd(lhs, rhs, group_sizes, block, interpret, platform):
-  return _gmm(lhs, rhs, group_sizes, block, interpret, platform), (lhs, rhs, group_sizes)
+def _gmm_fwd(lhs, rhs, group_sizes, block, backend):
+  return _gmm(lhs, rhs, group_sizes, block, backend), (lhs, rhs, group_sizes)
 
 
-def _gmm_bwd(block, interpret, platform, res, g):
-  del block, interpret, platform
+def _gmm_bwd(block, backend, res, g):
+  del block, backend
   lhs, rhs, group_sizes = res
   _, vjp = jax.vjp(lambda a, b: reference.gmm_reference(a, b, group_sizes), lhs, rhs)
   d_lhs, d_rhs = vjp(g)
@@ -153,8 +173,9 @@ def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[A
     rhs: [g, k, n] one matrix per group.
     group_sizes: int32 [g], sum <= m.
     block: tiles (`GmmBlockSizes`).
-    implementation: None/"pallas" (kernel) or "xla" (the reference).
-    interpret: None = interpret on CPU only.
+    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
+      "triton", "mosaic_gpu" or "xla" (the reference).
+    interpret: True runs the kernel in interpret mode; None = only on CPU.
     platform: kernel variant / compiler params (see module docstring).
 
   Returns:
@@ -172,26 +193,30 @@ def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[A
   if group_sizes.shape != (rhs.shape[0],) or not jnp.issubdtype(group_sizes.dtype, jnp.integer):
     raise ValueError(f"gmm: group_sizes must be int [{rhs.shape[0]}], got "
                      f"{group_sizes.dtype}{list(group_sizes.shape)}")
-  if implementation == "xla":
+  sixteen = lhs.dtype == rhs.dtype and lhs.dtype.itemsize == 2
+  backend = _common.resolve("gmm", implementation, interpret=interpret, platform=platform,
+                            variants=GMM_VARIANTS if sixteen else GMM_VARIANTS_F32)
+  if backend.is_xla:
     return reference.gmm_reference(lhs, rhs, group_sizes)
-  if implementation not in (None, "pallas"):
-    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
-  return _gmm(lhs, rhs, group_sizes.astype(jnp.int32), block,
-              _common.resolve_interpret(interpret), platform)
+  return _gmm(lhs, rhs, group_sizes.astype(jnp.int32), block, backend)
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "k", "k0", "p", "max_p", "interpret",
-                                             "platform"))
-def _route_pallas(probs, *, mode, k, k0, p, max_p, interpret, platform):
+@functools.partial(jax.jit, static_argnames=("mode", "k", "k0", "p", "max_p", "backend"))
+def _route_pallas(probs, *, mode, k, k0, p, max_p, backend):
   b, n = probs.shape
-  compiler = (_common.compiler_params(platform)
-              if (platform or jax.default_backend()) in _GPU else None)
   mask, w = pl.pallas_call(
       functools.partial(kernel.route_kernel, mode=mode, k=k, k0=k0, p=p, max_p=max_p),
       out_shape=(jax.ShapeDtypeStruct((b, n), jnp.int32),
                  jax.ShapeDtypeStruct((b, n), jnp.float32)),
-      compiler_params=compiler, interpret=interpret, name=f"jaxlab_moe_route_{mode}")(probs)
+      compiler_params=_common.compiler_params(backend), interpret=backend.interpret,
+      name=f"jaxlab_moe_route_{mode}")(probs)
   return mask.astype(bool), w
+
+
+# The reference as one jitted XLA program, so eager `implementation=None`
+# calls on CPU do not dispatch its ops one by one.
+_route_xla = jax.jit(reference.route_reference,
+                     static_argnames=("routing_name", "k", "k0", "p", "max_p"))
 
 
 def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None = None,
@@ -202,7 +227,20 @@ def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None =
 
   The softmax runs in XLA (bit-identical to the reference); the kernel ranks
   the experts and builds the top-k / pruned / OEA mask in one program holding
-  the whole batch (OEA pools the batch's base experts).
+  the whole batch (OEA pools the batch's base experts). A non-finite logit row
+  follows the reference's rule (no experts, NaN weights, left out of the OEA
+  union): its softmax row is all NaN, which the kernel detects.
+
+  Args:
+    logits: [b, N] router logits (one batch).
+    routing, k, k0, p, max_p: as `jaxlab.moe.route`.
+    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
+      "triton" or "xla" (the reference).
+    interpret: True runs the kernel in interpret mode; None = only on CPU.
+    platform: kernel variant / compiler params (see module docstring).
+
+  Returns:
+    (mask [b, N] bool, weights [b, N] float32).
 
   Example:
     >>> import jax
@@ -210,15 +248,14 @@ def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None =
     >>> mask.shape
     (8, 16)
   """
-  if implementation == "xla":
-    return reference.route_reference(logits, routing_name=routing, k=k, k0=k0, p=p, max_p=max_p)
-  if implementation not in (None, "pallas"):
-    raise ValueError(f"implementation must be None, 'pallas' or 'xla', got {implementation!r}")
+  backend = _common.resolve("route", implementation, interpret=interpret, platform=platform,
+                            variants=ROUTE_VARIANTS)
+  if backend.is_xla:
+    return _route_xla(logits, routing_name=routing, k=k, k0=k0, p=p, max_p=max_p)
   # Validates every argument exactly as the reference does (and is cheap to trace).
   jax.eval_shape(lambda x: reference.route_reference(x, routing_name=routing, k=k, k0=k0, p=p,
                                                      max_p=max_p), logits)
   n = logits.shape[-1]
   probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
   return _route_pallas(probs, mode=routing, k=k, k0=k0 if k0 is not None else k, p=float(p),
-                       max_p=n if max_p is None else max_p,
-                       interpret=_common.resolve_interpret(interpret), platform=platform)
+                       max_p=n if max_p is None else max_p, backend=backend)

@@ -1,4 +1,8 @@
-"""FP4 Pallas kernels vs their jnp references (interpret mode) and cross-lowering."""
+"""FP4 Pallas kernels vs their jnp references (interpret mode), dispatch, and cross-lowering.
+
+Every kernel test asks for the kernel by name (`implementation="pallas"`): on
+CPU `implementation=None` is the XLA reference itself.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +39,7 @@ def test_interpret_default_on_cpu():
                                    fp4.QuantizeBlockSizes(8, 64)], ids=["fullrow", "tiled"])
 def test_quantize_kernel_bit_exact(fmt, block):
   x = jnp.asarray(_special_input())
-  got = fp4.quantize(x, fmt, block=block)
+  got = fp4.quantize(x, fmt, block=block, implementation="pallas")
   _assert_qarray_equal(got, fp4.quantize_reference(x, fmt))
   if fmt == "mixfp4":
     assert 0.1 < float(got.e1m2_fraction()) < 0.9
@@ -46,7 +50,8 @@ def test_quantize_kernel_bit_exact(fmt, block):
 @pytest.mark.slow
 def test_quantize_kernel_bf16_and_xla_switch():
   x = jax.random.normal(jax.random.key(1), (16, 128)).astype(jnp.bfloat16)
-  _assert_qarray_equal(fp4.quantize(x, "mixfp4"), fp4.quantize(x, "mixfp4", implementation="xla"))
+  _assert_qarray_equal(fp4.quantize(x, "mixfp4", implementation="pallas"),
+                       fp4.quantize(x, "mixfp4", implementation="xla"))
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mixfp4"])
@@ -55,26 +60,55 @@ def test_dequant_matmul_matches_reference(fmt):
   w = jax.random.normal(jax.random.key(3), (256, 64)) * 0.1
   wq = formats.quantize(w, fmt, axis=0)
   ref = fp4.dequant_matmul_reference(x, wq)
-  # Tiles: (m 16, n 64 = full N, K in one chunk) for nvfp4; a K loop of 4 chunks
-  # and a 4 x 2 grid for mixfp4.
+  # Tiles: (m 16, n 64 = full N, K in one chunk) for nvfp4; a 4 x 2 x 4 grid
+  # (4 K steps through the VMEM accumulator) for mixfp4.
   block = fp4.MatmulBlockSizes() if fmt == "nvfp4" else fp4.MatmulBlockSizes(m=8, n=32, k=64)
-  out = fp4.dequant_matmul(x, wq, block=block)
+  out = fp4.dequant_matmul(x, wq, block=block, implementation="pallas")
   assert out.shape == (32, 64) and out.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_dequant_matmul_triton_variant_interpreted():
+  # The Triton body (K looped in the program) run by the interpreter.
+  x = jax.random.normal(jax.random.key(2), (16, 256))
+  wq = formats.quantize(jax.random.normal(jax.random.key(3), (256, 32)), "mixfp4", axis=0)
+  out = fp4.dequant_matmul(x, wq, block=fp4.MatmulBlockSizes(m=8, n=32, k=64),
+                           implementation="triton", interpret=True)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(fp4.dequant_matmul_reference(x, wq)),
+                             rtol=1e-5, atol=1e-5)
+
+
+def _has_pallas_call(f, *args):
+  return "pallas_call" in str(jax.make_jaxpr(f)(*args))
+
+
+def test_dispatch_none_is_xla_on_cpu_and_interpret_only_when_asked():
+  if jax.default_backend() != "cpu":
+    pytest.skip("CPU dispatch")
+  x = jax.random.normal(jax.random.key(2), (16, 64))
+  wq = formats.quantize(jax.random.normal(jax.random.key(3), (64, 32)), "nvfp4", axis=0)
+  assert not _has_pallas_call(lambda v: fp4.dequant_matmul(v, wq), x)
+  assert not _has_pallas_call(lambda v: fp4.quantize(v, "nvfp4").codes, x)
+  for kw in (dict(implementation="pallas"), dict(interpret=True)):
+    assert _has_pallas_call(lambda v, kw=kw: fp4.dequant_matmul(v, wq, **kw), x)
+    assert _has_pallas_call(lambda v, kw=kw: fp4.quantize(v, "nvfp4", **kw).codes, x)
+  # The XLA path is the (jitted) reference, bit for bit.
+  np.testing.assert_array_equal(np.asarray(fp4.dequant_matmul(x, wq)),
+                                np.asarray(jax.jit(fp4.dequant_matmul_reference)(x, wq)))
 
 
 @pytest.mark.slow
 def test_dequant_matmul_bf16_activations():
   x = jax.random.normal(jax.random.key(2), (32, 256)).astype(jnp.bfloat16)
   wq = formats.quantize(jax.random.normal(jax.random.key(3), (256, 64)), "mixfp4", axis=0)
-  np.testing.assert_allclose(np.asarray(fp4.dequant_matmul(x, wq)),
+  np.testing.assert_allclose(np.asarray(fp4.dequant_matmul(x, wq, implementation="pallas")),
                              np.asarray(fp4.dequant_matmul_reference(x, wq)), rtol=1e-5, atol=1e-5)
 
 
 def test_dequant_matmul_grad_matches_reference():
   x = jax.random.normal(jax.random.key(4), (16, 128))
   wq = formats.quantize(jax.random.normal(jax.random.key(5), (128, 32)), "mixfp4", axis=0)
-  g = jax.grad(lambda v: jnp.sum(fp4.dequant_matmul(v, wq) ** 2))(x)
+  g = jax.grad(lambda v: jnp.sum(fp4.dequant_matmul(v, wq, implementation="pallas") ** 2))(x)
   gr = jax.grad(lambda v: jnp.sum(fp4.dequant_matmul_reference(v, wq) ** 2))(x)
   np.testing.assert_allclose(np.asarray(g), np.asarray(gr), rtol=1e-4, atol=1e-4)
 
@@ -86,7 +120,12 @@ def test_kernel_errors():
   with pytest.raises(ValueError, match="multiple of 16"):
     fp4.quantize(jnp.ones((16, 40)), "nvfp4")
   with pytest.raises(ValueError, match="must divide"):
-    fp4.quantize(jnp.ones((12, 64)), "nvfp4", block=fp4.QuantizeBlockSizes(8, None))
+    fp4.quantize(jnp.ones((12, 64)), "nvfp4", block=fp4.QuantizeBlockSizes(8, None),
+                 implementation="pallas")
+  with pytest.raises(ValueError, match="implementation must be one of"):
+    fp4.quantize(x, "nvfp4", implementation="cuda")
+  with pytest.raises(ValueError, match="not available"):
+    fp4.quantize(x, "nvfp4", implementation="mosaic_gpu")
   wq_rows = formats.quantize(jnp.ones((64, 32)), "nvfp4", axis=1)
   with pytest.raises(ValueError, match="along axis 0"):
     fp4.dequant_matmul(x, wq_rows)
@@ -94,15 +133,32 @@ def test_kernel_errors():
     fp4.dequant_matmul(jnp.ones((16, 32)), formats.quantize(jnp.ones((64, 32)), "nvfp4", axis=0))
 
 
-@pytest.mark.parametrize("platform,marker", [("tpu", "tpu_custom_call"), ("cuda", "triton")])
-def test_kernels_lower_for_tpu_and_gpu_from_cpu(platform, marker, lowering_target):
-  xs = jax.ShapeDtypeStruct((32, 256), jnp.float32)
+@pytest.mark.parametrize("platform,impl,marker", [("tpu", None, "tpu_custom_call"),
+                                                  ("cuda", "triton", "triton")])
+def test_kernels_lower_for_tpu_and_gpu_from_cpu(platform, impl, marker, lowering_target):
+  # implementation=None on a TPU target is the Mosaic TPU kernel (best backend).
+  xs = jax.ShapeDtypeStruct((32, 512), jnp.float32)
+  kw = dict(implementation=impl, interpret=False, platform=platform)
   for fmt in ("nvfp4", "mixfp4"):
-    wq = formats.quantize(jnp.ones((256, 128)), fmt, axis=0)
+    wq = formats.quantize(jnp.ones((512, 128)), fmt, axis=0)
     with lowering_target(platform):
-      low = jax.jit(lambda x, f=fmt: fp4.quantize(x, f, interpret=False, platform=platform).codes
+      low = jax.jit(lambda x, f=fmt: fp4.quantize(x, f, **kw).codes
                     ).trace(xs).lower(lowering_platforms=(platform,))
       assert marker in low.as_text()
-      low = jax.jit(lambda x, q: fp4.dequant_matmul(x, q, interpret=False, platform=platform)
+      # K = 512 in chunks of 256: the TPU kernel's K grid axis has 2 steps.
+      low = jax.jit(lambda x, q: fp4.dequant_matmul(x, q, block=fp4.MatmulBlockSizes(k=256), **kw)
                     ).trace(xs, wq).lower(lowering_platforms=(platform,))
       assert marker in low.as_text()
+
+
+def test_tpu_kernel_k_grid_axis_and_dimension_semantics():
+  x = jax.ShapeDtypeStruct((32, 512), jnp.float32)
+  wq = formats.quantize(jnp.ones((512, 128)), "nvfp4", axis=0)
+  jaxpr = str(jax.make_jaxpr(lambda v: fp4.dequant_matmul(
+      v, wq, block=fp4.MatmulBlockSizes(m=16, n=128, k=256), interpret=False,
+      platform="tpu"))(x))
+  assert "grid=(2, 1, 2)" in jaxpr  # (m tiles, n tiles, K steps)
+  assert "('parallel', 'parallel', 'arbitrary')" in jaxpr
+  with pytest.raises(ValueError, match="multiple of 256"):
+    fp4.dequant_matmul(jnp.ones((32, 512)), wq, block=fp4.MatmulBlockSizes(k=64),
+                       interpret=False, platform="tpu")

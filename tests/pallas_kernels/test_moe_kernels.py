@@ -1,4 +1,8 @@
-"""MoE Pallas kernels vs their references (interpret mode) and cross-lowering."""
+"""MoE Pallas kernels vs their references (interpret mode) and cross-lowering.
+
+Kernel tests ask for the kernel (`implementation="pallas"` or `interpret=True`):
+on CPU `implementation=None` is the XLA reference itself.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -12,18 +16,19 @@ LHS = jax.random.normal(jax.random.key(0), (30, 32))  # 30 rows: not a multiple 
 RHS = jax.random.normal(jax.random.key(1), (5, 32, 16))
 
 
-@pytest.mark.parametrize("platform", [None, "cuda"])  # TPU (scalar prefetch) / Triton variants
+@pytest.mark.parametrize("platform", [None, "cuda"])  # TPU (scalar prefetch) / GPU variants
 @pytest.mark.parametrize("sizes", [[5, 0, 12, 0, 9], [0, 0, 0, 0, 0], [30, 0, 0, 0, 0],
                                    [1, 2, 3, 4, 5]])
 def test_gmm_matches_ragged_dot(platform, sizes):
   gs = jnp.asarray(sizes, jnp.int32)
-  out = pm.gmm(LHS, RHS, gs, block=BLOCK, platform=platform, interpret=True)
+  impl = "triton" if platform else None  # the Mosaic GPU variant needs a GPU to run
+  out = pm.gmm(LHS, RHS, gs, block=BLOCK, platform=platform, interpret=True, implementation=impl)
   np.testing.assert_allclose(out, pm.gmm_reference(LHS, RHS, gs), rtol=1e-5, atol=1e-5)
 
 
 def test_gmm_gradient_matches_reference():
   gs = jnp.asarray([7, 0, 13, 0, 6], jnp.int32)
-  f = lambda a, b: (jnp.sin(pm.gmm(a, b, gs, block=BLOCK)) ** 2).sum()
+  f = lambda a, b: (jnp.sin(pm.gmm(a, b, gs, block=BLOCK, implementation="pallas")) ** 2).sum()
   fr = lambda a, b: (jnp.sin(pm.gmm_reference(a, b, gs)) ** 2).sum()
   for g, gr in zip(jax.grad(f, (0, 1))(LHS, RHS), jax.grad(fr, (0, 1))(LHS, RHS),
                    strict=True):
@@ -54,24 +59,70 @@ def test_route_kernel_matches_jnp_router(routing, k0, p, max_p):
   np.testing.assert_allclose(w, w_r, rtol=1e-6, atol=1e-7)
 
 
+def test_route_kernel_follows_the_nonfinite_rule():
+  # Rows 1-3 are non-finite (NaN, +Inf, all -Inf); row 4 has an ordinary -Inf expert.
+  logits = np.array(jax.random.normal(jax.random.key(3), (8, 16)), np.float32) * 2
+  logits[1, 3], logits[2, 7], logits[3, :], logits[4, 0] = np.nan, np.inf, -np.inf, -np.inf
+  for routing, k0 in (("topk", None), ("oea", 1)):
+    mask, w = pm.route(jnp.asarray(logits), routing=routing, k=4, k0=k0, interpret=True)
+    mask_r, w_r = pm.route_reference(jnp.asarray(logits), routing_name=routing, k=4, k0=k0)
+    np.testing.assert_array_equal(mask, mask_r)
+    np.testing.assert_allclose(w, w_r, rtol=1e-6, atol=1e-7)  # NaN == NaN here
+    assert not np.asarray(mask)[1:4].any() and np.isnan(np.asarray(w)[1:4]).all()
+    assert np.isfinite(np.asarray(w)[[0, 4, 5, 6, 7]]).all()
+
+
+def test_dispatch_none_is_xla_on_cpu():
+  if jax.default_backend() != "cpu":
+    pytest.skip("CPU dispatch")
+  gs = jnp.asarray([5, 0, 12, 0, 9], jnp.int32)
+  jaxpr = lambda f: str(jax.make_jaxpr(f)(LHS))
+  assert "pallas_call" not in jaxpr(lambda a: pm.gmm(a, RHS, gs))
+  assert "pallas_call" in jaxpr(lambda a: pm.gmm(a, RHS, gs, block=BLOCK, implementation="pallas"))
+  assert "pallas_call" not in jaxpr(lambda a: pm.route(a[:, :16], routing="topk", k=2)[1])
+  assert "pallas_call" in jaxpr(lambda a: pm.route(a[:, :16], routing="topk", k=2,
+                                                    interpret=True)[1])
+
+
 def test_bad_inputs():
   with pytest.raises(ValueError, match="block"):
-    pm.gmm(LHS, RHS, jnp.zeros((5,), jnp.int32), block=pm.GmmBlockSizes(8, 24, 16))
+    pm.gmm(LHS, RHS, jnp.zeros((5,), jnp.int32), block=pm.GmmBlockSizes(8, 24, 16),
+           implementation="pallas")
+  with pytest.raises(ValueError, match="not available"):
+    pm.route(jnp.zeros((4, 8)), routing="topk", k=2, implementation="mosaic_gpu")
   with pytest.raises(ValueError, match="k0"):
     pm.route(jnp.zeros((4, 8)), routing="oea", k=2, k0=3)
 
 
+def test_gmm_mosaic_gpu_lowers_from_cpu_and_is_the_16_bit_gpu_default(lowering_target):
+  lhs = jax.ShapeDtypeStruct((200, 256), jnp.bfloat16)  # 200 rows: padded to the 128-row tile
+  rhs = jax.ShapeDtypeStruct((4, 256, 256), jnp.bfloat16)
+  gs = jax.ShapeDtypeStruct((4,), jnp.int32)
+  with lowering_target("cuda"):
+    low = jax.jit(lambda a, b, c: pm.gmm(a, b, c, interpret=False, platform="cuda")
+                  ).trace(lhs, rhs, gs).lower(lowering_platforms=("cuda",))
+  assert "mosaic_gpu" in low.as_text() and "triton" not in low.as_text()
+  with pytest.raises(ValueError, match="tiles need m % 64"):
+    pm.gmm(jnp.ones((64, 64), jnp.bfloat16), jnp.ones((2, 64, 64), jnp.bfloat16),
+           jnp.array([32, 32], jnp.int32), block=pm.GmmBlockSizes(m=32, k=64, n=64),
+           implementation="mosaic_gpu", interpret=False, platform="cuda")
+  with pytest.raises(ValueError, match="not available"):  # float32: Triton only on GPU
+    pm.gmm(LHS, RHS, jnp.zeros((5,), jnp.int32), implementation="mosaic_gpu", platform="cuda")
+
+
 @pytest.mark.parametrize("platform,marker", [("tpu", "tpu_custom_call"), ("cuda", "triton")])
 def test_kernels_lower_for_tpu_and_gpu_from_cpu(platform, marker, lowering_target):
+  impl = "triton" if platform == "cuda" else None
   lhs = jax.ShapeDtypeStruct((256, 256), jnp.float32)
   rhs = jax.ShapeDtypeStruct((4, 256, 256), jnp.float32)
   gs = jax.ShapeDtypeStruct((4,), jnp.int32)
   logits = jax.ShapeDtypeStruct((16, 32), jnp.float32)
   with lowering_target(platform):
-    low = jax.jit(lambda a, b, c: pm.gmm(a, b, c, interpret=False, platform=platform)
+    low = jax.jit(lambda a, b, c: pm.gmm(a, b, c, interpret=False, platform=platform,
+                                         implementation=impl)
                   ).trace(lhs, rhs, gs).lower(lowering_platforms=(platform,))
     assert marker in low.as_text().lower()
     low = jax.jit(lambda x: pm.route(x, routing="oea", k=4, k0=2, interpret=False,
-                                     platform=platform)).trace(logits).lower(
+                                     platform=platform, implementation=impl)).trace(logits).lower(
                                          lowering_platforms=(platform,))
     assert marker in low.as_text().lower()

@@ -76,6 +76,21 @@ def test_in_transformer_with_aux_loss():
   assert 2.0 <= float(moe.mean_active_experts(inter)) <= 4.0  # 2 rows x top-2
 
 
+@pytest.mark.parametrize("impl", moe.IMPLS)
+def test_nonfinite_token_is_its_own_problem(impl, routing="oea", k0=1):
+  # Issue 17 finding 3: one NaN token changed the other tokens' outputs (its
+  # all-N mask broke the expert grouping) and raised T. One position = one batch.
+  x = X[:, :1]
+  x_bad = x.at[1, 0, 0].set(jnp.nan)  # token 1's router logits are all NaN
+  layer, params, y_bad, inter_bad = _apply(impl, routing, k0, x_bad)
+  others = jnp.array([0, 2, 3])
+  y_ref, inter_ref = layer.apply({"params": params}, x[others], mutable=["intermediates"])
+  np.testing.assert_allclose(y_bad[others], y_ref, rtol=1e-6, atol=1e-6)
+  assert np.isnan(np.asarray(y_bad[1])).all(), "the bad token's output must be NaN"
+  np.testing.assert_array_equal(inter_bad["active_experts"][0],
+                                inter_ref["intermediates"]["active_experts"][0])
+
+
 def test_bad_config():
   with pytest.raises(ValueError, match="routing"):
     _apply("dense", "lynx", 1)

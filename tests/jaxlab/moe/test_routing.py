@@ -118,8 +118,54 @@ def test_oea_jits_and_vmaps():
     np.testing.assert_array_equal(mask[s], moe.oea_route(logits[s], k0=2, k_max=4)[0])
 
 
+ROUTERS = {
+    "topk": lambda lg: moe.topk_route(lg, 3),
+    "pruned": lambda lg: moe.pruned_topk_route(lg, 2),
+    "oea": lambda lg: moe.oea_route(lg, k0=1, k_max=3),
+    "oea_general": lambda lg: moe.oea_route(lg, k0=2, k_max=3, p=0.5, max_p=5),
+}
+
+
+@pytest.mark.parametrize("bad", ["nan", "+inf", "all_-inf"])
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+def test_nonfinite_row_is_its_own_problem(router, bad):
+  # Issue 17 finding 3: a NaN/+Inf/all -Inf row used to select all N experts
+  # with zero weight, raising T and changing the other tokens' OEA choices.
+  logits = np.array(jax.random.normal(jax.random.key(7), (6, 8)), np.float32)
+  logits[2, 0] = -np.inf  # an ordinary -Inf expert in a finite row: not a bad row
+  bad_logits = logits.copy()
+  if bad == "nan":
+    bad_logits[4, 5] = np.nan
+  elif bad == "+inf":
+    bad_logits[4, 1] = np.inf
+  else:
+    bad_logits[4, :] = -np.inf
+  route = ROUTERS[router]
+  mask, w = map(np.asarray, route(jnp.asarray(bad_logits)))
+  others = [0, 1, 2, 3, 5]
+  mask_ref, w_ref = map(np.asarray, route(jnp.asarray(logits[others])))
+  np.testing.assert_array_equal(mask[others], mask_ref)
+  np.testing.assert_array_equal(w[others], w_ref)
+  assert not mask[4].any(), "a non-finite row selected experts"
+  assert np.isnan(w[4]).all(), "a non-finite row's weights must be NaN, never a silent zero"
+  assert int(moe.num_active_experts(jnp.asarray(mask))) == int(
+      moe.num_active_experts(jnp.asarray(mask_ref)))
+  np.testing.assert_array_equal(moe.nonfinite_rows(jnp.asarray(bad_logits)),
+                                np.arange(6) == 4)
+
+
+def test_nonfinite_padding_row_stays_zero_and_out_of_the_union():
+  logits = jnp.log(jnp.array([[0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.3, 0.5], [0.4, 0.05, 0.05, 0.5]]))
+  logits = logits.at[1, 0].set(jnp.nan)
+  mask, w = moe.oea_route(logits, k0=1, k_max=2, valid=jnp.array([True, False, True]))
+  np.testing.assert_array_equal(mask, [[1, 0, 0, 1], [0, 0, 0, 0], [1, 0, 0, 1]])
+  assert float(w[1].sum()) == 0.0  # padding rule: zero weights, finite or not
+
+
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(k0=0, k_max=2), "k0"), (dict(k0=3, k_max=2), "k0"), (dict(k0=1, k_max=9), "k_max"),
+    (dict(k0=0, k_max=2), "k0"), (dict(k0=3, k_max=2), r"k0 must be an int in \[1, k_max=2\]"),
+    (dict(k0=1, k_max=9), r"k_max must be an int in \[1, num_experts=8\]"),
+    (dict(k0=True, k_max=2), "k0"),
     (dict(k0=1, k_max=2, p=0.0), "p must"), (dict(k0=1, k_max=2, max_p=1), "max_p")])
 def test_bad_arguments(kwargs, match):
   with pytest.raises(ValueError, match=match):
