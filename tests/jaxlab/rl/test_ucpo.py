@@ -1,0 +1,122 @@
+"""UCPO pieces (TAD, DURA, NTF) and the knowledge-boundary task."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.rl import grpo, ucpo
+from jaxlab.rl import knowledge_task as kt
+
+C, W, U = grpo.CORRECT, grpo.WRONG, grpo.UNCERTAIN
+
+
+def _random_outcomes(key, b=64, g=8):
+  return jax.random.randint(key, (b, g), 0, 3)
+
+
+def test_tad_deterministic_channel_zero_mean_unit_std():
+  o = _random_outcomes(jax.random.key(0))
+  a_u = jnp.linspace(-1, 1, o.shape[0])
+  adv = np.asarray(ucpo.tad_advantages(o, a_u))
+  o = np.asarray(o)
+  checked = 0
+  for i in range(o.shape[0]):
+    d = o[i] != U
+    if (o[i][d] == C).any() and (o[i][d] == W).any():
+      np.testing.assert_allclose(adv[i][d].mean(), 0.0, atol=1e-5)
+      np.testing.assert_allclose(adv[i][d].std(), 1.0, atol=1e-4)
+      checked += 1
+    elif d.any():  # one-sided D: no contrast, no advantage
+      np.testing.assert_array_equal(adv[i][d], 0.0)
+    np.testing.assert_allclose(adv[i][~d], float(a_u[i]), rtol=1e-6)
+  assert checked > 10
+
+
+def test_tad_uncertain_channel_does_not_flip_with_accuracy():
+  # Same a_U whatever the group's accuracy (the GRPO sign flip of test_grpo is gone).
+  groups = jnp.array([[C] * c + [W] * (7 - c) + [U] for c in range(8)], jnp.int32)
+  adv = ucpo.tad_advantages(groups, jnp.full((8,), 0.25))
+  np.testing.assert_allclose(np.asarray(adv[:, -1]), 0.25)
+
+
+def test_dura_closed_form_and_sign():
+  o = jnp.array([[W] * 6 + [C, U], [C] * 6 + [W, U], [C, C, W, W, U, U, U, U]], jnp.int32)
+  got = np.asarray(ucpo.dura_uncertain_advantage(o, 0.3, scale=0.8, k=2.0, b=1.5))
+  rho_c = np.array([1, 6, 2]) / 8
+  rho_w = np.array([6, 1, 2]) / 8
+  np.testing.assert_allclose(got, 0.8 * np.tanh(2 * (rho_w - rho_c) + 1.5 * 0.2), rtol=1e-5)
+  hard, easy = ucpo.dura_uncertain_advantage(o[:2], 0.5)
+  assert hard > 0 > easy
+
+
+def test_ntf_drops_groups_with_identical_outcomes():
+  o = jnp.array([[U] * 4, [C] * 4, [W] * 4, [C, C, C, W], [W, W, U, W], [C, U, U, U]], jnp.int32)
+  assert ucpo.ntf_mask(o).tolist() == [False, False, False, True, True, True]
+  _, keep = ucpo.ucpo_advantages(o, 0.5)
+  assert keep.tolist() == [False, False, False, True, True, True]
+
+
+def test_accuracy_ema_and_tad_only():
+  o = jnp.array([[C, W, U, U]], jnp.int32)
+  np.testing.assert_allclose(float(ucpo.update_accuracy_ema(0.5, o, decay=0.9)),
+                             0.9 * 0.5 + 0.1 * 0.25, rtol=1e-6)
+  adv, _ = ucpo.ucpo_advantages(o, 0.5, dura=False, uncertain_advantage=-0.1)
+  np.testing.assert_allclose(np.asarray(adv), [[1, -1, -0.1, -0.1]], atol=1e-5)
+
+
+def test_ucpo_bad_inputs_raise():
+  with pytest.raises((ValueError, TypeError)):  # TypeError: the tests' jaxtyping hook
+    ucpo.tad_advantages(jnp.zeros((2, 4), jnp.int32), jnp.zeros((3,)))
+  with pytest.raises((ValueError, TypeError)):
+    ucpo.dura_uncertain_advantage(jnp.zeros((2, 4), jnp.int32), jnp.zeros((2,)))
+  with pytest.raises(ValueError, match="decay"):
+    ucpo.update_accuracy_ema(0.5, jnp.zeros((2, 4), jnp.int32), decay=1.0)
+  with pytest.raises(ValueError, match="codes"):
+    ucpo.ntf_mask(jnp.full((2, 4), -1))
+  with pytest.raises(ValueError, match="fractions"):
+    kt.TaskConfig(fractions=(0.5, 0.2, 0.2))
+  with pytest.raises(ValueError, match="kind"):
+    kt.PolicyConfig(kind="rnn")
+  with pytest.raises(ValueError, match="multiple"):
+    kt.RLConfig(num_steps=10, num_evals=3)
+  with pytest.raises(ValueError, match="arm kind"):
+    kt.make_arm("ppo")
+
+
+def test_task_split_and_metrics():
+  cfg = kt.TaskConfig(num_values=10)
+  task = kt.make_task(cfg, seed=3)
+  assert np.bincount(np.asarray(task.buckets), minlength=3).tolist() == [60, 20, 20]
+  model = kt.make_policy(kt.PolicyConfig(kind="mlp", d_model=8, d_ff=16), cfg)
+  params = kt.init_params(model, jax.random.key(0))
+  table = kt.metrics_table(kt.evaluate(model, params, task, cfg))
+  for g in kt.GROUPS:
+    row = table[g]
+    np.testing.assert_allclose(row["accuracy"] + row["abstention"] + row["hallucination"], 1.0,
+                               atol=1e-5)
+    np.testing.assert_allclose(row["paq"], row["accuracy"] / (1 - row["abstention"]), rtol=1e-4)
+  # An unlearnable answer is a fresh uniform draw: PAQ = 1/K whatever the policy.
+  np.testing.assert_allclose(table["unlearnable"]["paq"], 0.1, rtol=1e-5)
+
+
+def test_sample_answers_matches_probabilities():
+  logits = jnp.log(jnp.array([[0.5, 0.3, 0.2, 0.0], [0.0, 0.0, 0.1, 0.9]]) + 1e-12)
+  draws = np.asarray(kt.sample_answers(jax.random.key(1), logits, 20_000))
+  freq = np.stack([np.bincount(d, minlength=4) / d.size for d in draws])
+  np.testing.assert_allclose(freq, [[0.5, 0.3, 0.2, 0.0], [0.0, 0.0, 0.1, 0.9]], atol=0.015)
+
+
+def test_rl_step_is_one_program_for_every_arm():
+  cfg = kt.TaskConfig(num_values=6)
+  task = kt.make_task(cfg, seed=0)
+  model = kt.make_policy(kt.PolicyConfig(kind="mlp", d_model=8, d_ff=16), cfg)
+  rl_cfg = kt.RLConfig(num_steps=4, batch_prompts=4, num_evals=2, updates_per_batch=2)
+  params = kt.init_params(model, jax.random.key(0))
+  train = jax.jit(lambda p, a, k: kt.rl_train(model, p, task, a, k, cfg, rl_cfg))
+  for arm in (kt.make_arm("grpo", reward_uncertain=0.5), kt.make_arm("ucpo")):
+    new, curves = train(params, arm, jax.random.key(1))
+    assert curves["eval"].shape == (2, 4, 5) and np.isfinite(np.asarray(curves["loss"])).all()
+  assert train._cache_size() == 1
+  moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), params, new)
+  assert max(jax.tree.leaves(moved)) > 0
