@@ -77,20 +77,43 @@ def _check_g(g):
   return g
 
 
+def _check_positive(name: str, x) -> jax.Array:
+  x = jnp.asarray(x, jnp.float32)
+  if not isinstance(x, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x) & (x > 0))):
+    raise ValueError(f"{name} must be finite and > 0 (a count of parameters or tokens), got {x}")
+  return x
+
+
+def _nan_off_domain(value, *counts):
+  # Under jit the checks above cannot raise: an off-domain entry gives NaN
+  # (only that entry), never a silent inf or 0.
+  ok = functools.reduce(jnp.logical_and, [jnp.isfinite(x) & (x > 0) for x in counts])
+  return jnp.where(ok, value, jnp.nan)
+
+
 def qat_error(n: Real[ArrayLike, "*s"], d: Real[ArrayLike, "*s"], g: Real[ArrayLike, "*s"],
               law: QATLaw = W4A4) -> Float[Array, "*s"]:
-  """delta(N, D, G) = k * D^gamma_d * (log2 G)^gamma_g / N^gamma_n (broadcasting)."""
-  n, d = jnp.asarray(n, jnp.float32), jnp.asarray(d, jnp.float32)
+  """delta(N, D, G) = k * D^gamma_d * (log2 G)^gamma_g / N^gamma_n (broadcasting).
+
+  Domain: N > 0 and D > 0 finite, G >= 2. Concrete inputs off the domain
+  raise `ValueError`; under `jit` (traced inputs) the entries with N or D off
+  the domain are NaN and the others are unaffected.
+
+  Raises:
+    ValueError: N or D not finite and > 0, or G < 2 (concrete inputs).
+  """
+  n, d = _check_positive("N (n)", n), _check_positive("D (d)", d)
   g = _check_g(g)
-  return law.k * jnp.exp(law.gamma_d * jnp.log(d) + law.gamma_g * jnp.log(jnp.log2(g))
-                         - law.gamma_n * jnp.log(n))
+  value = law.k * jnp.exp(law.gamma_d * jnp.log(d) + law.gamma_g * jnp.log(jnp.log2(g))
+                          - law.gamma_n * jnp.log(n))
+  return _nan_off_domain(value, n, d)
 
 
 def chinchilla_loss(n: Real[ArrayLike, "*s"], d: Real[ArrayLike, "*s"],
                     c: Chinchilla = CHINCHILLA) -> Float[Array, "*s"]:
-  """Full-precision loss A / N^alpha + B / D^beta + E."""
-  n, d = jnp.asarray(n, jnp.float32), jnp.asarray(d, jnp.float32)
-  return c.a * n ** -c.alpha + c.b * d ** -c.beta + c.e
+  """Full-precision loss A / N^alpha + B / D^beta + E (domain as in `qat_error`)."""
+  n, d = _check_positive("N (n)", n), _check_positive("D (d)", d)
+  return _nan_off_domain(c.a * n ** -c.alpha + c.b * d ** -c.beta + c.e, n, d)
 
 
 def qat_loss(n: Real[ArrayLike, "*s"], d: Real[ArrayLike, "*s"], g: Real[ArrayLike, "*s"],

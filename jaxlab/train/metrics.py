@@ -4,6 +4,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,7 +21,8 @@ class MetricWriter:
   """Appends one JSON object per call: `{"step": s, **metrics}`.
 
   On resume (`resume_step`), rows logged after that step by the interrupted
-  run are dropped first, so the file reads as one uninterrupted run.
+  run (and a torn last line) are dropped first, so the file reads as one
+  uninterrupted run.
   Only process 0 writes (multi-host).
   """
 
@@ -32,10 +34,12 @@ class MetricWriter:
     os.makedirs(workdir, exist_ok=True)
     if os.path.exists(self.path):
       rows = read_metrics(self.path)
-      with open(self.path, "w") as f:
+      tmp = self.path + ".tmp"  # replaced atomically: a kill here loses no kept row
+      with open(tmp, "w") as f:
         for row in rows:
           if row["step"] <= resume_step:
             f.write(json.dumps(row) + "\n")
+      os.replace(tmp, self.path)
 
   def write(self, step: int, metrics: Mapping[str, Any], *, prefix: str = "") -> dict:
     row = {"step": int(step), **{prefix + k: _to_float(v) for k, v in metrics.items()}}
@@ -46,8 +50,32 @@ class MetricWriter:
 
 
 def read_metrics(path: str) -> list[dict]:
+  """The rows of a metrics.jsonl file, in order.
+
+  A run killed mid-write can leave its last line torn (no newline, cut JSON):
+  that one line is dropped with a `RuntimeWarning`, since the resumed run
+  writes it again. A bad line anywhere else is real corruption and raises.
+
+  Raises:
+    ValueError: a line other than the last is not a JSON object with a "step".
+  """
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    lines = f.read().split("\n")
+  rows = []
+  numbered = [(i, line) for i, line in enumerate(lines, 1) if line.strip()]
+  for k, (lineno, line) in enumerate(numbered):
+    try:
+      row = json.loads(line)
+      if not isinstance(row, dict) or "step" not in row:
+        raise ValueError("not a JSON object with a 'step'")
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+      if k == len(numbered) - 1:
+        warnings.warn(f"{path}:{lineno}: dropping a torn last line ({e}): {line[:80]!r}",
+                      RuntimeWarning, stacklevel=2)
+        break
+      raise ValueError(f"{path}:{lineno} is corrupt ({e}): {line[:80]!r}") from e
+    rows.append(row)
+  return rows
 
 
 def progress(iterable: Iterable, *, total: int | None = None, desc: str = "", initial: int = 0):

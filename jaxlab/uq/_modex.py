@@ -12,6 +12,13 @@ The head parameterisation (exp / softplus / softmax) follows the F-EDL
 official code; the closed-form moments and the entropy decomposition are
 derived here and checked against Monte Carlo in the tests (jaxlab
 interpretation where the MoDEX paper text was not available).
+
+Domain rule (`modex_moments`, `modex_log_mean`, `modex_uncertainty`,
+`fedl_moments`): alpha > 0, tau >= 0, omega (or p) on the simplex within
+`simplex_atol`, all finite. Concrete inputs off the domain raise `ValueError`
+naming the argument. Traced inputs (under `jit`/`vmap`/`grad`) cannot raise:
+there every output of an off-domain row (one example, the last axis) is NaN,
+and the other rows are computed exactly as if the bad row were absent.
 """
 
 import functools
@@ -71,12 +78,26 @@ class ModexUncertainty(NamedTuple):
   max_prob: Array
 
 
-def _validate(alpha, tau, omega, *, simplex_atol: float) -> None:
+def _validate(alpha, tau, omega, *, simplex_atol: Array | float) -> None:
   _checks.check_rank_and_classes("alpha", alpha)
   _checks.check_same_shape(("alpha", "tau", "omega"), alpha, tau, omega)
   _checks.check_positive("alpha", alpha, strict=True)
   _checks.check_positive("tau", tau, strict=False)
   _checks.check_simplex("omega", omega, atol=simplex_atol)
+
+
+def _rows_in_domain(alpha: Array, tau: Array, omega: Array, atol: Array | float) -> Array:
+  """Per-row (all but the last axis) domain check, the traced twin of `_validate`."""
+  finite = jnp.isfinite(alpha) & jnp.isfinite(tau) & jnp.isfinite(omega)
+  ok = finite & (alpha > 0) & (tau >= 0) & (omega >= -atol)
+  return jnp.all(ok, axis=-1) & (jnp.abs(jnp.sum(omega, axis=-1) - 1.0) <= atol)
+
+
+def _nan_rows(outputs, ok: Array):
+  """Replaces every output of the rows where `ok` is False by NaN."""
+  def mask(x):
+    return jnp.where(ok.reshape(ok.shape + (1,) * (x.ndim - ok.ndim)), x, jnp.nan)
+  return jax.tree.map(mask, outputs)
 
 
 def _components(alpha: Array, tau: Array) -> tuple[Array, Array, Array]:
@@ -119,6 +140,7 @@ def modex_moments(
   Raises:
     ValueError: on mismatched shapes, fewer than 2 classes, or (for concrete
       inputs) non-positive `alpha`, negative `tau`, or `omega` off the simplex.
+      Traced off-domain rows give NaN instead (module docstring).
 
   Example:
     >>> import jax.numpy as jnp
@@ -127,20 +149,21 @@ def modex_moments(
     (2, 3)
   """
   _validate(alpha, tau, omega, simplex_atol=simplex_atol)
-  return _moments(*(jnp.asarray(x) for x in (alpha, tau, omega)))
+  return _moments(*(jnp.asarray(x) for x in (alpha, tau, omega)), simplex_atol)
 
 
 # The numeric cores are jitted so that eager calls compile once instead of
 # dispatching op by op; inside a caller's jit they are simply inlined.
 @jax.jit
-def _moments(alpha: Array, tau: Array, omega: Array) -> ModexMoments:
+def _moments(alpha: Array, tau: Array, omega: Array, atol: Array | float) -> ModexMoments:
   _, s, m = _components(alpha, tau)
   w = omega[..., :, None]
   mu = jnp.sum(w * m, axis=-2)
   within = jnp.sum(w * m * (1.0 - m) / (s[..., :, None] + 1.0), axis=-2)
   between = jnp.sum(w * jnp.square(m - mu[..., None, :]), axis=-2)
   var = within + between
-  return ModexMoments(mean=mu, second_moment=var + jnp.square(mu), variance=var)
+  return _nan_rows(ModexMoments(mean=mu, second_moment=var + jnp.square(mu), variance=var),
+                   _rows_in_domain(alpha, tau, omega, atol))
 
 
 def modex_log_mean(
@@ -150,16 +173,20 @@ def modex_log_mean(
     *,
     simplex_atol: float = 1e-3,
 ) -> Float[Array, "*b k"]:
-  """`log E[pi_j]` of the mixture, computed in log space (finite for omega_k = 0)."""
+  """`log E[pi_j]` of the mixture, computed in log space (finite for omega_k = 0).
+
+  Domain as in the module docstring (traced off-domain rows give NaN).
+  """
   _validate(alpha, tau, omega, simplex_atol=simplex_atol)
-  return _log_mean(*(jnp.asarray(x) for x in (alpha, tau, omega)))
+  return _log_mean(*(jnp.asarray(x) for x in (alpha, tau, omega)), simplex_atol)
 
 
 @jax.jit
-def _log_mean(alpha: Array, tau: Array, omega: Array) -> Array:
+def _log_mean(alpha: Array, tau: Array, omega: Array, atol: Array | float) -> Array:
   b, s, _ = _components(alpha, tau)
   log_m = jnp.log(b) - jnp.log(s)[..., :, None]
-  return logsumexp(log_m, axis=-2, b=omega[..., :, None])
+  return _nan_rows(logsumexp(log_m, axis=-2, b=omega[..., :, None]),
+                   _rows_in_domain(alpha, tau, omega, atol))
 
 
 def _entropy(p: Array) -> Array:
@@ -189,7 +216,8 @@ def modex_uncertainty(
     simplex_atol: tolerance of the simplex check on concrete `omega`.
 
   Returns:
-    `ModexUncertainty`, each field [...].
+    `ModexUncertainty`, each field [...]; NaN in the traced rows off the
+    domain (module docstring), a `ValueError` for concrete ones.
 
   Example:
     >>> import jax.numpy as jnp
@@ -198,11 +226,11 @@ def modex_uncertainty(
     True
   """
   _validate(alpha, tau, omega, simplex_atol=simplex_atol)
-  return _uncertainty(*(jnp.asarray(x) for x in (alpha, tau, omega)))
+  return _uncertainty(*(jnp.asarray(x) for x in (alpha, tau, omega)), simplex_atol)
 
 
 @jax.jit
-def _uncertainty(alpha: Array, tau: Array, omega: Array) -> ModexUncertainty:
+def _uncertainty(alpha: Array, tau: Array, omega: Array, atol: Array | float) -> ModexUncertainty:
   b, s, m = _components(alpha, tau)
   w = omega[..., :, None]
   mu = jnp.sum(w * m, axis=-2)
@@ -216,7 +244,7 @@ def _uncertainty(alpha: Array, tau: Array, omega: Array) -> ModexUncertainty:
   e_h = digamma(s + 1.0) - jnp.sum(m * digamma(b + 1.0), axis=-1)      # [..., k]
   expected_entropy = jnp.sum(omega * e_h, axis=-1)
   mean_h_m = jnp.sum(omega * h_m, axis=-1)
-  return ModexUncertainty(
+  return _nan_rows(ModexUncertainty(
       total=total,
       epistemic=epistemic,
       aleatoric=total - epistemic,
@@ -228,7 +256,7 @@ def _uncertainty(alpha: Array, tau: Array, omega: Array) -> ModexUncertainty:
       mi_disagreement=h_mu - mean_h_m,
       mi_within=mean_h_m - expected_entropy,
       max_prob=jnp.max(mu, axis=-1),
-  )
+  ), _rows_in_domain(alpha, tau, omega, atol))
 
 
 def fedl_moments(
@@ -253,7 +281,8 @@ def fedl_moments(
     simplex_atol: tolerance of the simplex check on concrete `p`.
 
   Returns:
-    `ModexMoments`, each [..., k].
+    `ModexMoments`, each [..., k]; NaN in the traced rows off the domain
+    (module docstring), a `ValueError` for concrete ones.
 
   Example:
     >>> import jax.numpy as jnp
@@ -268,16 +297,18 @@ def fedl_moments(
   _checks.check_positive("alpha", alpha, strict=True)
   _checks.check_positive("tau", tau, strict=False)
   _checks.check_simplex("p", p, atol=simplex_atol)
-  return _fedl_moments(*(jnp.asarray(x) for x in (alpha, tau, p)))
+  return _fedl_moments(*(jnp.asarray(x) for x in (alpha, tau, p)), simplex_atol)
 
 
 @jax.jit
-def _fedl_moments(alpha: Array, tau: Array, p: Array) -> ModexMoments:
+def _fedl_moments(alpha: Array, tau: Array, p: Array, atol: Array | float) -> ModexMoments:
   t = tau[..., None]
   s = jnp.sum(alpha, axis=-1, keepdims=True) + t
   mean = (alpha + t * p) / s
   second = (alpha * (alpha + 1.0) + p * t * (2.0 * alpha + t + 1.0)) / (s * (s + 1.0))
-  return ModexMoments(mean=mean, second_moment=second, variance=second - jnp.square(mean))
+  ok = _rows_in_domain(alpha, jnp.broadcast_to(t, alpha.shape), p, atol)
+  return _nan_rows(ModexMoments(mean=mean, second_moment=second,
+                                variance=second - jnp.square(mean)), ok)
 
 
 def modex_activations(

@@ -1,5 +1,6 @@
 """The QAT scaling law: the spec's anchor table and the Huber + L-BFGS fit."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -32,6 +33,28 @@ def test_epm_anchor_and_qat_loss():
   assert float(sl.qat_loss(74e6, 10e9, 32)) == pytest.approx(3.490 + 0.0586, abs=1e-3)
   with pytest.raises(ValueError, match="G must be >= 2"):
     sl.qat_error(74e6, 10e9, 1)
+
+
+@pytest.mark.parametrize("n,d", [(0, 10e9), (-1e6, 10e9), (74e6, -1.0), (74e6, 0.0),
+                                 (np.inf, 10e9), (74e6, np.nan), (np.array([74e6, 0.0]), 10e9)])
+def test_off_domain_counts_raise(n, d):
+  # Before: N = 0 gave inf and D < 0 gave NaN, silently.
+  for fn in (sl.qat_error, sl.qat_loss, sl.effective_param_multiplier):
+    with pytest.raises(ValueError, match=r"must be finite and > 0"):
+      fn(n, d, 32)
+  with pytest.raises(ValueError, match=r"must be finite and > 0"):
+    sl.chinchilla_loss(n, d)
+
+
+def test_off_domain_counts_under_jit_are_nan_only_where_bad():
+  n = np.array([74e6, 0.0, 74e6, 595e6], np.float32)
+  d = np.array([10e9, 10e9, -5.0, 100e9], np.float32)
+  got = np.asarray(jax.jit(sl.qat_error)(n, d, np.full(4, 32.0, np.float32)))
+  assert np.isnan(got[1]) and np.isnan(got[2])
+  np.testing.assert_allclose(got[[0, 3]], [float(sl.qat_error(74e6, 10e9, 32)),
+                                          float(sl.qat_error(595e6, 100e9, 32))], rtol=1e-6)
+  loss = np.asarray(jax.jit(sl.chinchilla_loss)(n, d))
+  assert np.isnan(loss[1]) and np.isnan(loss[2]) and np.isfinite(loss[[0, 3]]).all()
 
 
 @pytest.mark.parametrize("name", sorted(sl.TABLE1))

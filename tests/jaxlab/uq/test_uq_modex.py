@@ -198,3 +198,42 @@ def test_value_errors():
     uq.modex_uncertainty(with_value(a, (0, 0), np.nan), t, w)
   with pytest.raises(ValueError, match="p must lie on the probability simplex"):
     uq.fedl_moments(a, np.ones((2,)), np.full((2, 3), 0.2))
+
+
+@pytest.mark.parametrize("field,row,value", [
+    ("alpha", 1, -0.5), ("alpha", 1, 0.0), ("tau", 2, -1.0), ("omega", 0, np.nan),
+    ("alpha", 3, np.inf)])
+def test_traced_off_domain_rows_are_nan_and_others_exact(field, row, value):
+  # Before: under jit an off-domain row gave finite garbage or NaN with no rule
+  # (eager calls already raised). Now: exactly that row is NaN in every output.
+  params = dict(zip(("alpha", "tau", "omega"), _random_params(7, 5, 3), strict=True))
+  good = {k: v.copy() for k, v in params.items()}
+  params[field] = params[field].copy()
+  params[field][row, 1] = value
+  keep = np.arange(5) != row
+  for fn in (uq.modex_moments, uq.modex_uncertainty, uq.modex_log_mean):
+    bad_out = jax.jit(fn)(params["alpha"], params["tau"], params["omega"])
+    ref_out = jax.jit(fn)(good["alpha"], good["tau"], good["omega"])
+    for b, r in zip(jax.tree.leaves(bad_out), jax.tree.leaves(ref_out), strict=True):
+      b, r = np.asarray(b), np.asarray(r)
+      assert np.isnan(b[row]).all(), fn.__name__
+      np.testing.assert_array_equal(b[keep], r[keep])
+    with pytest.raises(ValueError, match=field):
+      fn(params["alpha"], params["tau"], params["omega"])
+
+
+def test_traced_omega_off_the_simplex_is_nan():
+  alpha, tau, omega = _random_params(8, 3, 4)
+  omega = omega.copy()
+  omega[2] *= 1.5  # sums to 1.5
+  u = jax.jit(uq.modex_uncertainty)(alpha, tau, omega)
+  assert np.isnan(np.asarray(u.total)[2]) and np.isfinite(np.asarray(u.total)[:2]).all()
+
+
+def test_traced_fedl_off_domain_rows_are_nan():
+  alpha, _, p = _random_params(9, 4, 3)
+  tau = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+  m = jax.jit(uq.fedl_moments)(alpha, tau, p)
+  for leaf in m:
+    leaf = np.asarray(leaf)
+    assert np.isnan(leaf[1]).all() and np.isfinite(leaf[[0, 2, 3]]).all()
