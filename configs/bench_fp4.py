@@ -4,7 +4,8 @@
 
 Reports, per format, XLA/NumPy speed-ups and the fraction of a same-size
 float32 copy's bandwidth (see `jaxlab.experiments.bench_fp4`). Targets:
-NVFP4 quantize >= 3x NumPy and >= 15% of copy bandwidth.
+NVFP4 quantize >= 3x NumPy; NVFP4 and MixFP4 quantize >= 40% and dequantize
+>= 70% of copy bandwidth (issue 18). Format names are `jaxlab.formats` presets.
 """
 
 import ml_collections

@@ -36,14 +36,24 @@ from jaxtyping import Float
 from jaxlab import formats
 
 QUANTIZERS = ("f32", "bf16", "fp8_e4m3", "int4", "grid")
+# `jaxlab.formats` presets a Quantizer can store (float32 scales, so updates are
+# exact integer bit deltas), by name -> (name, granularity, block_size).
+_PRESET_QUANTIZERS = {"fp8_e4m3": ("fp8_e4m3", "tensor", 32),
+                      "fp8_e4m3_row": ("fp8_e4m3", "row", 32),
+                      "int4_g32": ("int4", "tensor", 32)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Quantizer:
   """A parameter storage format (hashable; static under jit).
 
+  Build it by family and options (`Quantizer("int4", block_size=32)`) or by a
+  `jaxlab.formats` preset name with float32 scales (`Quantizer("fp8_e4m3_row")`,
+  `Quantizer("int4_g32")`); both spellings give equal quantizers.
+
   Attributes:
-    name: one of `QUANTIZERS`.
+    name: one of `QUANTIZERS`, or a preset of `_PRESET_QUANTIZERS` (normalized
+      to its family and options).
     granularity: fp8_e4m3 only: "tensor" (one scale) or "row" (one scale per
       slice along axis 0, i.e. per output channel of an [in, out] kernel).
     block_size: int4 only: group size along axis 0 (zero-padded when the axis
@@ -56,11 +66,20 @@ class Quantizer:
   step: float = 1.0
 
   def __post_init__(self):
+    if self.name in _PRESET_QUANTIZERS and self.name not in QUANTIZERS:
+      name, granularity, block_size = _PRESET_QUANTIZERS[self.name]
+      object.__setattr__(self, "name", name)
+      object.__setattr__(self, "granularity", granularity)
+      object.__setattr__(self, "block_size", block_size)
     if self.name not in QUANTIZERS:
-      raise ValueError(f"quantizer name must be one of {QUANTIZERS}, got {self.name!r}")
+      hint = (" (that jaxlab.formats preset has no float32-scale storage: use one of "
+              f"{sorted(_PRESET_QUANTIZERS)})" if self.name in formats.PRESETS else "")
+      raise ValueError(f"quantizer name must be one of {QUANTIZERS} or a preset in "
+                       f"{sorted(_PRESET_QUANTIZERS)}, got {self.name!r}{hint}")
     if self.granularity not in ("tensor", "row"):
       raise ValueError(f"granularity must be 'tensor' or 'row', got {self.granularity!r}")
-    if not (isinstance(self.block_size, int) and self.block_size >= 2 and self.block_size % 2 == 0):
+    if not (isinstance(self.block_size, int) and not isinstance(self.block_size, bool)
+            and self.block_size >= 2 and self.block_size % 2 == 0):
       raise ValueError(f"block_size must be an even int >= 2, got {self.block_size!r}")
     if not (isinstance(self.step, (int, float)) and self.step > 0):
       raise ValueError(f"step must be a positive number, got {self.step!r}")
@@ -76,8 +95,8 @@ class Quantizer:
 
   def _format(self) -> formats.Format:
     if self.name == "fp8_e4m3":
-      return formats.make_format("fp8_e4m3", granularity=self.granularity)
-    return formats.make_format("int4", block_size=self.block_size, scale_dtype="f32", pad=True)
+      return formats.get_format("fp8_e4m3_row" if self.granularity == "row" else "fp8_e4m3")
+    return formats.get_format("int4_g32", block_size=self.block_size)
 
   def quantize(self, x: Float[Array, "*shape"], key: Array | None = None) -> "QParam":
     """Rounds float `x` into this format (stochastically when `key` is given)."""
@@ -142,14 +161,19 @@ def _bf16_bits(x: Array, key: Array | None) -> Array:
   return rounded.astype(jnp.uint16)
 
 
+# Largest float32 below 2**31: grid codes saturate here (int32 has no Inf).
+_GRID_CODE_MAX = 2147483520.0
+
+
 def _grid_codes(x: Array, step: float, key: Array | None) -> Array:
-  y = x / jnp.float32(step)
+  """Grid codes k = round(x / step); the formats rule: NaN -> 0, ±Inf saturates."""
+  y = jnp.where(jnp.isnan(x), 0.0, x) / jnp.float32(step)
   if key is None:
     k = jnp.round(y)
   else:
     f = jnp.floor(y)
     k = f + (jax.random.uniform(key, y.shape) < (y - f)).astype(jnp.float32)
-  return k.astype(jnp.int32)
+  return jnp.clip(k, -_GRID_CODE_MAX, _GRID_CODE_MAX).astype(jnp.int32)
 
 
 def is_qparam(x: Any) -> bool:

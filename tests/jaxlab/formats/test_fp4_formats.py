@@ -202,7 +202,7 @@ def test_int_and_fp8_options():
 
 
 def test_bad_input_errors():
-  with pytest.raises(ValueError, match="fmt must be one of"):
+  with pytest.raises(ValueError, match="Unknown format .fp5.; presets"):
     F.quantize(jnp.ones((2, 16)), "fp5")
   with pytest.raises(ValueError, match="Unknown option"):
     F.quantize(jnp.ones((2, 16)), "nvfp4", scale_rule="rceil")

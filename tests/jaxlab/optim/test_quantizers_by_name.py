@@ -1,0 +1,40 @@
+"""optim.Quantizer: by-name construction from jaxlab.formats presets, edge rules."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.optim import Quantizer
+
+
+def test_preset_names_equal_family_spelling():
+  assert Quantizer("fp8_e4m3_row") == Quantizer("fp8_e4m3", granularity="row")
+  assert Quantizer("int4_g32") == Quantizer("int4", block_size=32)
+  assert Quantizer("fp8_e4m3") == Quantizer("fp8_e4m3", granularity="tensor")
+  x = jax.random.normal(jax.random.key(0), (64, 8))
+  a, b = Quantizer("fp8_e4m3_row"), Quantizer("fp8_e4m3", granularity="row")
+  np.testing.assert_array_equal(a.dequantize(a.quantize(x)), b.dequantize(b.quantize(x)))
+  with pytest.raises(ValueError, match="no float32-scale storage"):
+    Quantizer("nvfp4")
+
+
+def test_block_size_bool_rejected():
+  with pytest.raises(ValueError, match="block_size"):
+    Quantizer("int4", block_size=True)
+
+
+@pytest.mark.parametrize("q", [Quantizer("fp8_e4m3_row"), Quantizer("int4_g32"),
+                               Quantizer("grid", step=0.5)])
+def test_nonfinite_rule_and_tiny(q):
+  # The jaxlab.formats rule: NaN -> 0, ±Inf saturates, other entries unaffected.
+  x = jnp.ones((32, 4)).at[0, 0].set(jnp.nan).at[1, 0].set(jnp.inf).at[2, 0].set(-jnp.inf)
+  d = np.asarray(q.dequantize(q.quantize(x)))
+  assert np.all(np.isfinite(d)) and d[0, 0] == 0.0
+  assert d[1, 0] > 0 and d[2, 0] < 0 and d[1, 0] == -d[2, 0]
+  np.testing.assert_allclose(d[3:, 1:], 1.0, rtol=0.07)
+  if q.name != "grid":  # regression (issue 17): tiny tensors used to decode to zeros (fp8)
+    t = jax.random.normal(jax.random.key(1), (32, 4)) * 1e-36
+    dt = np.asarray(q.dequantize(q.quantize(t)), np.float64)
+    ts = np.asarray(t, np.float64)
+    assert np.linalg.norm(dt - ts) / np.linalg.norm(ts) < 0.2
