@@ -32,8 +32,7 @@ import jaxlab.presets
 def _sac(**kw):
   base = dict(num_envs=4, total_steps=12_000, learning_starts=250,
               num_evals=80, eval_envs=8, buffer_size=8_000, batch_size=128,
-              hidden=64, num_layers=2, actor_lr=1e-3, critic_lr=1e-3,
-              alpha_lr=1e-3, gamma=0.99, tau=0.005, alpha=0.1,
+              hidden=64, num_layers=2, gamma=0.99, tau=0.005, alpha=0.1,
               target_entropy_scale=0.5, target_entropy_max=0.0, aes_kappa=4.0,
               aes_quantile=0.9, aes_fast_decay=0.99, aes_slow_decay=0.999,
               aes_lambda_max=1.0)
@@ -43,7 +42,7 @@ def _sac(**kw):
 
 def _ppo(**kw):
   base = dict(num_envs=8, num_steps=64, total_updates=300, num_evals=30,
-              eval_envs=8, update_epochs=4, num_minibatches=4, lr=1e-3,
+              eval_envs=8, update_epochs=4, num_minibatches=4,
               gamma=0.99, gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5,
               ent_coef=0.01, max_grad_norm=0.5, hidden=64, aes_kappa=4.0,
               aes_quantile=0.9, aes_fast_decay=0.8, aes_slow_decay=0.98,
@@ -62,6 +61,12 @@ def get_config(arg=None):
   # Comma-separated; tasks are the sub-configs below.
   config.tasks = "pendulum"
   config.drift_modes = "abrupt"
+  # Learning rates of every task: SAC's three Adams (actor, critic, temperature)
+  # and PPO's single Adam (`optimizer.learning_rate`).
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, schedule="constant",
+      actor=dict(learning_rate=1e-3), critic=dict(learning_rate=1e-3),
+      alpha=dict(learning_rate=1e-3)))
 
   # Drift schedule (jaxlab interpretation of the paper's drift modes).
   config.drift = ml_collections.ConfigDict(dict(

@@ -26,6 +26,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.batch_size, c.seq_len = 32, 128   # 4096 tokens per step
   c.model = ml_collections.ConfigDict(dict(
       d_model=128, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=384, max_len=128))
+  # Both steps use a constant learning rate (a schedule does not change step time).
+  c.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, schedule="constant", b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1))
   c.repeats = 11
   if preset == "smoke":
     c.batch_size, c.seq_len, c.repeats = 2, 16, 3

@@ -8,22 +8,25 @@ E1M2 blocks; (b) val bits/byte of the tiny LM under W4A16 and W4A4 fake-quant
 for NVFP4, MXFP4 (floor) and MixFP4 against FP32.
 
 Presets: smoke (3 formats, ~40 s CPU on 2 cores incl. the `lm` smoke base model; tests), quick (~2-3 min with the
-`lm` quick base model trained once into `base_lm.cache_dir`), full.
+`lm` quick base model trained once into `base_lm_dir`), full. The base model's sections (`seed`, `data`,
+`model`, `train`, `optimizer`, `mesh`, `eval`) are `configs/lm.py`'s for the same preset, so e.g.
+`--config.optimizer.learning_rate=1e-3` retrains the base model with that learning rate.
 Expected (quick): synthetic SQNR MixFP4 > NVFP4 > MXFP4 on all four
 distributions (~+0.5-1.5 dB per step); PTQ order reported as measured.
 """
 
 import ml_collections
 
+from configs import lm
 from jaxlab.presets import parse_preset
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   preset = parse_preset(arg)
-  c = ml_collections.ConfigDict()
+  # The base LM (trained once, then quantized) is the `lm` experiment's of this preset.
+  c = lm.get_config(preset)
   c.experiment = "fp4"
-  c.preset = preset
-  c.seed = 0
+  c.base_lm_dir = ""       # "" = <workdir>/base_lm; launch.reproduce shares the lm run's
   # (a) synthetic tensors: [rows, cols] per distribution; blocks along cols.
   c.synthetic = ml_collections.ConfigDict(dict(
       rows=512, cols=2048, distributions=("gaussian", "laplace", "student_t3", "uniform")))
@@ -33,17 +36,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # (b) PTQ of the tiny LM.
   c.lm = ml_collections.ConfigDict(dict(
       enabled=True,
-      preset="quick",          # the `lm` experiment preset of the base model
-      cache_dir="",            # "" = <workdir>/base_lm; share it to reuse a trained model
       ptq_formats=("nvfp4", "mxfp4_floor", "mixfp4"),
       quantize_lm_head=False,  # jaxlab interpretation: keep the LM head in FP32
       eval_batch_size=32, eval_num_batches=8, eval_seq_len=96, eval_seed=12345))
   if preset == "smoke":
     c.synthetic.update(rows=32, cols=512)
     c.formats = ("mxfp4_floor", "nvfp4", "mixfp4")
-    c.lm.update(preset="smoke", ptq_formats=("nvfp4", "mixfp4"), eval_batch_size=4,
+    c.lm.update(ptq_formats=("nvfp4", "mixfp4"), eval_batch_size=4,
                 eval_num_batches=1, eval_seq_len=32)
   elif preset == "full":
     c.synthetic.update(rows=2048, cols=4096)
-    c.lm.update(preset="full", eval_num_batches=32, eval_seq_len=128)
+    c.lm.update(eval_num_batches=32, eval_seq_len=128)
   return c

@@ -26,8 +26,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       batch_size=32, seq_len=128, num_steps=3000, checkpoint_every=500, log_every=50,
       eval_every=500))
   c.optimizer = ml_collections.ConfigDict(dict(
-      name="adamw", learning_rate=3e-3, warmup_steps=100, b1=0.9, b2=0.95, weight_decay=0.1,
-      grad_clip=1.0))
+      name="adamw", learning_rate=3e-3, schedule="warmup_cosine", warmup_steps=100, b1=0.9,
+      b2=0.95, weight_decay=0.1, grad_clip=1.0))
   c.eval = ml_collections.ConfigDict(dict(batch_size=32, num_batches=16, seed=12345))
   # Mesh axes (-1 = all remaining devices); fsdp_params shards params and
   # optimizer state over 'fsdp' instead of replicating them.

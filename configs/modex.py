@@ -20,9 +20,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "modex"
   c.preset = preset
-  c.seed = 0
-  c.num_seeds = 3
-  # Names resolved by jaxlab.experiments.modex.MODELS / VARIANTS.
+  c.seeds = (0, 1, 2)
+  # Names resolved by jaxlab.uq.classifiers.MODELS / jaxlab.uq.digits_ood.VARIANTS.
   c.models = ("softmax", "edl", "fedl", "modex")
   c.variants = ("standard", "long_tail", "ambiguous")
 
@@ -42,23 +41,27 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       edl_evidence="softplus",
   ))
   c.train = ml_collections.ConfigDict(dict(
-      batch_size=64, num_steps=1500, learning_rate=1e-3, weight_decay=1e-4,
+      batch_size=64, num_steps=1500,
       modex_loss="brier",              # "brier" (F-EDL objective) or "nll" (mixture NLL)
       omega_weight=1.0,                # weight of ||y - omega||^2 in the Brier objective
       edl_anneal_epochs=10.0,          # EDL KL weight min(1, epoch / 10)
   ))
+  # AdamW, cosine decay to 0.1x with no warmup; shared by the four models.
+  c.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=0, end_frac=0.1,
+      weight_decay=1e-4))
   c.eval = ml_collections.ConfigDict(dict(
       tie_tol=0.005,                   # "MoDEX >= F-EDL" allows a 0.005 AUROC shortfall
       num_bins=15,
   ))
 
   if preset == "smoke":
-    c.num_seeds = 2
+    c.seeds = (0, 1)
     c.variants = ("standard",)
     c.model.update(hidden=(64, 64), head_hidden=32, head_layers=1)
     c.train.num_steps = 200
     c.data.update(num_ambiguous_test=64, num_noise=100)
   elif preset == "full":
-    c.num_seeds = 5
+    c.seeds = (0, 1, 2, 3, 4)
     c.train.num_steps = 4000
   return c

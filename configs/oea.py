@@ -37,8 +37,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict(dict(
       batch_size=32, seq_len=128, num_steps=2000, checkpoint_every=500, log_every=50))
   c.optimizer = ml_collections.ConfigDict(dict(
-      name="adamw", learning_rate=3e-3, warmup_steps=100, b1=0.9, b2=0.95, weight_decay=0.1,
-      grad_clip=1.0))
+      name="adamw", learning_rate=3e-3, schedule="warmup_cosine", warmup_steps=100, b1=0.9,
+      b2=0.95, weight_decay=0.1, grad_clip=1.0))
   # Val windows: num_seqs sequences of seq_len bytes, evaluated in decode
   # batches of each size B (num_seqs must be divisible by every B).
   c.eval = ml_collections.ConfigDict(dict(

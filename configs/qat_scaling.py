@@ -53,11 +53,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # G >= 256, a G this model's K never reaches, so activations use AbsMax.
   c.quant = ml_collections.ConfigDict(dict(
       bits=4, fc2_bits=8, fmt="int", absmax_m="paper", act_quantizer="absmax"))
+  # The number of steps of a run is the swept budget D (`grid.steps`), so the
+  # warmup is a fraction of it.
   c.train = ml_collections.ConfigDict(dict(
-      batch_size=16, seq_len=64, learning_rate=3e-3, warmup_frac=0.1, min_lr_frac=0.1,
-      b1=0.9, b2=0.95, weight_decay=0.1, grad_clip=1.0,
+      batch_size=16, seq_len=64,
       smooth_frac=0.1,    # delta uses the mean train loss of the last 10% of steps
       fast_compile=False))  # True: XLA backend opt level 0 (compile time dominates smoke)
+  c.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=3e-3, schedule="warmup_cosine", warmup_frac=0.1, end_frac=0.1,
+      b1=0.9, b2=0.95, weight_decay=0.1, grad_clip=1.0))
   c.eval = ml_collections.ConfigDict(dict(batch_size=16, num_batches=4, seed=12345))
   c.fit = ml_collections.ConfigDict(dict(huber_delta=1e-3, space="linear"))
 

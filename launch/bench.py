@@ -4,12 +4,14 @@ r"""Runs the benchmarks `configs/bench_*.py` and writes their ratios as JSON.
 
 Each benchmark times ours against a baseline side by side in this one
 process (`jaxlab.benchmarking.time_interleaved`: interleaved repeats,
-medians) and reports ratios; see `jaxlab.experiments.runner.bench`.
+medians) and reports ratios; see `launch.runner.bench`.
 """
 
 import os
 
 from absl import app, flags, logging
+
+from launch.runner import bench
 
 _OUT = flags.DEFINE_string("out", "runs/bench/bench.json", "Where to write the JSON.")
 _PRESET = flags.DEFINE_enum("preset", "quick", ["smoke", "quick", "full"], "Benchmark preset.")
@@ -21,7 +23,6 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  from jaxlab.experiments.runner import bench
   bench(_OUT.value, _PRESET.value, _ONLY.value)
   print(f"BENCH: {os.path.abspath(_OUT.value)}")
 

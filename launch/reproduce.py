@@ -12,6 +12,8 @@ import os
 
 from absl import app, flags, logging
 
+from launch.runner import reproduce
+
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Root directory of the runs and report.")
 _PRESET = flags.DEFINE_enum("preset", "quick", ["smoke", "quick", "full"], "Preset of every run.")
 _ONLY = flags.DEFINE_list("only", [], "Run only these experiments (default: all registered).")
@@ -22,7 +24,6 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-  from jaxlab.experiments.runner import reproduce
   path, failures = reproduce(_WORKDIR.value, _PRESET.value, _ONLY.value)
   print(f"REPORT: {os.path.abspath(path)}")
   if failures:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxlab.report
+import jaxlab.train
 from jaxlab.rl import drift as drift_lib
 from jaxlab.rl import envs, metrics, ppo, sac
 
@@ -34,12 +35,14 @@ def _split(s: str) -> list[str]:
 def _run_task(task, mode: str, config) -> dict:
   """Trains all arms x seeds of one task under one drift mode."""
   env = envs.make(task.env)
+  opt = config.optimizer
   if task.algo == "sac":
-    cfg = sac.SACConfig(**task.sac.to_dict())
+    cfg = sac.SACConfig(**task.sac.to_dict(), actor_lr=opt.actor.learning_rate,
+                        critic_lr=opt.critic.learning_rate, alpha_lr=opt.alpha.learning_rate)
     num_steps, mode_index, lam_key = cfg.total_steps, sac.alpha_mode_index, "alpha"
     make = sac.make_train
   elif task.algo == "ppo":
-    cfg = ppo.PPOConfig(**task.ppo.to_dict())
+    cfg = ppo.PPOConfig(**task.ppo.to_dict(), lr=opt.learning_rate)
     num_steps, mode_index, lam_key = cfg.total_env_steps, ppo.ent_mode_index, "ent_coef"
     make = ppo.make_train
   else:
@@ -175,13 +178,18 @@ def run(config, workdir: str) -> dict:
   if not tasks or not modes:
     raise ValueError("config.tasks and config.drift_modes must be non-empty")
   runs, plots = {}, []
+  cache = jaxlab.train.ArmCache(workdir)
+  shared = jaxlab.train.config_hash(config.seed, config.num_seeds, config.drift, config.metrics,
+                                    config.optimizer)
   for tname in tasks:
     if tname not in config:
       raise ValueError(f"config.tasks names {tname!r}, which has no sub-config")
     task = config[tname]
     for mode in modes:
       name = f"{tname}_{mode}"
-      runs[name] = _run_task(task, mode, config)
+      key = jaxlab.train.config_hash(shared, task)
+      runs[name] = cache.get_or_run(name, key, lambda task=task, mode=mode: _run_task(
+          task, mode, config))
       plots += _plots(workdir, name, runs[name])
   first = runs[f"{tasks[0]}_{modes[0]}"]
   if "aes" in first["per_arm"]:

@@ -5,7 +5,7 @@ Both candidates are jitted full training steps on one fixed batch:
     forward), grads, `optax.adamw`, `apply_updates`;
   * eco: `QParam` params (FP8 codes + scales), forward through
     `dequantize_params`, grads w.r.t. the dequantized weights, `eco_adamw`
-    (requantize with SR, inject), `apply_updates` of the bit deltas.
+    (requantize with SR, inject), `optim.apply_eco` of its float updates.
   * eco_rtn: the same with round-to-nearest (no random bits), for reference.
 States are threaded through the calls (no donation), interleaved, medians.
 `ratios.eco_over_master_step_time` uses `config.stochastic_rounding` (SR by default).
@@ -20,8 +20,8 @@ import optax
 
 from jaxlab import optim
 from jaxlab.benchmarking import time_interleaved
-from jaxlab.experiments import lm as lm_exp
 from jaxlab.nn import Transformer, TransformerConfig
+from jaxlab.train import lm as train_lm
 
 
 def _quantizer(config) -> optim.Quantizer:
@@ -35,14 +35,16 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
   rng = np.random.default_rng(config.seed)
   batch = jnp.asarray(rng.integers(0, 256, (config.batch_size, config.seq_len + 1)), jnp.int32)
   w0 = nn.meta.unbox(model.init(jax.random.key(config.seed), batch[:, :-1])["params"])
-  loss_of = lm_exp.next_byte_loss(model)
+  loss_of = train_lm.next_byte_loss(model)
   quant = _quantizer(config)
-  kw = dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
+  o = config.optimizer
+  lr = o.learning_rate
+  kw = dict(b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
 
-  tx_m = optim.master_adamw(1e-3, **kw)
-  tx_e = optim.eco_adamw(1e-3, **kw, quantizer=quant,
+  tx_m = optim.master_adamw(lr, **kw)
+  tx_e = optim.eco_adamw(lr, **kw, quantizer=quant,
                          stochastic_rounding=config.stochastic_rounding, key=config.seed)
-  tx_r = optim.eco_adamw(1e-3, **kw, quantizer=quant, stochastic_rounding=False)
+  tx_r = optim.eco_adamw(lr, **kw, quantizer=quant, stochastic_rounding=False)
 
   @jax.jit
   def master_step(p, s):
@@ -55,7 +57,7 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
     def eco_step(p, s):
       g = jax.grad(lambda w: loss_of(w, batch, None)[0])(optim.dequantize_params(p))
       u, s = tx.update(g, s, p)
-      return optax.apply_updates(p, u), s
+      return optim.apply_eco(p, u), s
     return eco_step
 
   pm, pe = w0, optim.quantize_params(w0, quant)

@@ -24,12 +24,12 @@ import time
 from typing import Any
 
 import ml_collections
-import numpy as np
 
-from jaxlab import report
+from jaxlab import report, train
 from jaxlab.serving import cost, simulator, solver
 from jaxlab.serving import schedulers as S
 from jaxlab.serving import workload as W
+from jaxlab.serving.engine_grid import run_engine_grid
 
 GPUS = {
     "H200": (cost.H200_QWEN3_8B, cost.H200_SPEC, 0.8),
@@ -74,38 +74,26 @@ def _run_steady(make, kind, backend, wl, sim, capacity, seed, *, concurrency, nu
               num_requests=num_requests + warm, warmup_requests=warm, keep_loaded=True)
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  t_start = time.time()
-  os.makedirs(workdir, exist_ok=True)
-  sim = config.sim
-  res: dict[str, Any] = {"config": config.to_dict()}
-  checks: dict[str, bool] = {}
-  laps: dict[str, float] = {}
-  t_lap = [time.time()]
-
-  def lap(name):
-    laps[name] = time.time() - t_lap[0]
-    t_lap[0] = time.time()
-
-  # 1. Crossover shares of the calibrated step models.
+def crossover_shares(kappa: float) -> dict[str, dict[str, float]]:
+  """1. Crossover decode shares of the calibrated, shipped and roofline step models."""
   shares = {}
   for g, (m, hw, target) in GPUS.items():
     lo = cost.crossover_share(cost.calibrate_roofline(cost.RooflineModel(hw, kappa=-1.0)))
-    hi = cost.crossover_share(cost.calibrate_roofline(cost.RooflineModel(hw, kappa=config.sweep.kappa)))
+    hi = cost.crossover_share(cost.calibrate_roofline(cost.RooflineModel(hw, kappa=kappa)))
     shares[g] = {"calibrated": cost.crossover_share(m), "target": target,
                  "shipped": cost.crossover_share(SHIPPED[g]), "roofline_kappa_-1": lo,
-                 f"roofline_kappa_{config.sweep.kappa:g}": hi}
-    checks[f"crossover share {g} = {target}"] = abs(shares[g]["calibrated"] - target) < 1e-6
-  res["crossover_shares"] = shares
+                 f"roofline_kappa_{kappa:g}": hi}
+  return shares
 
-  lap("shares")
-  # 2. Fig. 4 workloads, 3. Table 4 load sweep.
-  fig4, table4, steady_gaps = {}, {}, []
+
+def fig4_table4(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
+  """2. Fig. 4's workloads and 3. Table 4's load sweep, MB / EB / EB+ per GPU."""
+  fig4, table4 = {}, {}
   for g, (m, hw, _) in GPUS.items():
     cap = cost.kv_capacity_tokens(hw, memory_utilization=sim.memory_utilization)
     make = _schedulers(m, m, sim, cap)
     for wl in WORKLOADS:
-      row = {k: _run_steady(make, k, m, wl, sim, cap, config.seed, concurrency=sim.fig4_concurrency,
+      row = {k: _run_steady(make, k, m, wl, sim, cap, seed, concurrency=sim.fig4_concurrency,
                             num_requests=sim.num_requests) for k in ("MB", "EB", "EB+")}
       th = {k: float(v.throughput) for k, v in row.items()}
       p0 = 1.0 / wl.mu_o
@@ -116,28 +104,15 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                     th["MB"], th["EB"]) - 1, "paper_eb_gain": PAPER_FIG4_EB_GAIN[(g, wl.name)],
                                 "theta0": theta0, "crossover_eb_wins": pred.eb_wins,
                                 "preemptions": {k: v.preemptions for k, v in row.items()}}
-      steady_gaps.append(fig4[f"{g}/{wl.name}"]["ebplus_vs_best"])
     for c in sim.table4_concurrency:
-      table4[f"{g}/c={c}"] = _table4_cell(make, m, sim, cap, config.seed, c)
-      steady_gaps.append(table4[f"{g}/c={c}"]["ebplus_vs_best"])
-  res["fig4"], res["table4"] = fig4, table4
-  res["table4_crossover"], res["table4_shipped"] = _table4_ablation(sim, config.seed)
-  tol = sim.ebplus_tolerance
-  c_lo, c_hi = min(sim.table4_concurrency), max(sim.table4_concurrency)
-  for g in GPUS:
-    checks[f"Table 4 {g}: EB+ = MB at c={c_lo}"] = abs(table4[f"{g}/c={c_lo}"]["ebplus_vs_mb"]) <= tol
-    checks[f"Table 4 {g}: EB+ = EB at c={c_hi}"] = abs(table4[f"{g}/c={c_hi}"]["ebplus_vs_eb"]) <= tol
-  worst = float(min(steady_gaps))
-  checks[f"EB+ never > {tol:.0%} below the better pure mode"] = worst >= -tol
-  rtx = [fig4[f"RTX PRO 6000/{wl.name}"]["eb_gain"] for wl in WORKLOADS]
-  checks["Fig. 4 RTX: EB > MB in all three workloads"] = all(x > 0 for x in rtx)
-  h200 = [fig4[f"H200/{wl.name}"]["eb_gain"] for wl in WORKLOADS]
-  checks["Fig. 4 H200: |EB/MB - 1| <= 3%"] = all(abs(x) <= 0.03 for x in h200)
-  res["ebplus_worst_steady_gap"] = worst
+      table4[f"{g}/c={c}"] = _table4_cell(make, m, sim, cap, seed, c)
+  cross, shipped = _table4_ablation(sim, seed)
+  return {"fig4": fig4, "table4": table4, "table4_crossover": cross, "table4_shipped": shipped}
 
-  lap("fig4_table4")
-  # 4. Table 5: non-stationary traffic.
-  table5 = {}
+
+def table5(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
+  """4. Table 5: whole-run throughput under distribution and concurrency shifts."""
+  out = {}
   n_ph = sim.table5_requests_per_phase
   dist = [W.Phase(W.PREFILL_HEAVY, sim.table5_concurrency, n_ph), W.Phase(W.BALANCED, sim.table5_concurrency, n_ph),
           W.Phase(W.DECODE_HEAVY, sim.table5_concurrency, n_ph)]
@@ -146,48 +121,93 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     cap = cost.kv_capacity_tokens(hw, memory_utilization=sim.memory_utilization)
     make = _schedulers(m, m, sim, cap)
     for name, phases in (("distribution", dist), ("concurrency", conc)):
-      th = {k: float(_run(make, k, m, phases, sim, cap, config.seed, warmup_frac=0.0).overall_throughput)
+      th = {k: float(_run(make, k, m, phases, sim, cap, seed, warmup_frac=0.0).overall_throughput)
             for k in ("MB", "EB", "EB+")}
-      table5[f"{g}/{name}"] = {"throughput": th, "ebplus_vs_mb": th["EB+"] / th["MB"] - 1}
-  res["table5"] = table5
+      out[f"{g}/{name}"] = {"throughput": th, "ebplus_vs_mb": th["EB+"] / th["MB"] - 1}
+  return out
 
-  lap("table5")
-  # 5. Bandwidth sweep on the roofline backend (H200 otherwise).
+
+def bandwidth_sweep(sim: ml_collections.ConfigDict, sw: ml_collections.ConfigDict,
+                    seed: int) -> list[dict[str, Any]]:
+  """5. MB vs EB on the roofline backend as HBM bandwidth grows (H200 otherwise)."""
   sweep = []
-  sw = config.sweep
   for bw in sw.bandwidths_tbs:
     hw = dataclasses.replace(cost.H200_SPEC, bandwidth=bw * 1e12, name=f"H200@{bw:g}TB/s")
     backend = cost.RooflineModel(hw, kappa=sw.kappa)
     lm = cost.calibrate_roofline(backend)
     cap = cost.kv_capacity_tokens(hw, memory_utilization=sim.memory_utilization)
     make = _schedulers(lm, lm, sim, cap)
-    th = {k: float(_run_steady(make, k, backend, W.BALANCED, sim, cap, config.seed,
+    th = {k: float(_run_steady(make, k, backend, W.BALANCED, sim, cap, seed,
                                concurrency=sw.concurrency, num_requests=sw.num_requests).throughput)
           for k in ("MB", "EB")}
     sweep.append({"bandwidth_tbs": bw, "throughput": th, "eb_gain": th["EB"] / th["MB"] - 1,
                   "crossover_share": cost.crossover_share(lm)})
-  res["bandwidth_sweep"] = sweep
-  gains = [s["eb_gain"] for s in sweep]
+  return sweep
+
+
+def _checks(config: ml_collections.ConfigDict, res: dict[str, Any]) -> dict[str, bool]:
+  """The claims under test, each checked from the measured sections."""
+  sim, fig4, table4 = config.sim, res["fig4"], res["table4"]
+  checks = {f"crossover share {g} = {target}":
+            abs(res["crossover_shares"][g]["calibrated"] - target) < 1e-6
+            for g, (_, _, target) in GPUS.items()}
+  tol = sim.ebplus_tolerance
+  c_lo, c_hi = min(sim.table4_concurrency), max(sim.table4_concurrency)
+  for g in GPUS:
+    checks[f"Table 4 {g}: EB+ = MB at c={c_lo}"] = abs(table4[f"{g}/c={c_lo}"]["ebplus_vs_mb"]) <= tol
+    checks[f"Table 4 {g}: EB+ = EB at c={c_hi}"] = abs(table4[f"{g}/c={c_hi}"]["ebplus_vs_eb"]) <= tol
+  checks[f"EB+ never > {tol:.0%} below the better pure mode"] = res["ebplus_worst_steady_gap"] >= -tol
+  rtx = [fig4[f"RTX PRO 6000/{wl.name}"]["eb_gain"] for wl in WORKLOADS]
+  checks["Fig. 4 RTX: EB > MB in all three workloads"] = all(x > 0 for x in rtx)
+  h200 = [fig4[f"H200/{wl.name}"]["eb_gain"] for wl in WORKLOADS]
+  checks["Fig. 4 H200: |EB/MB - 1| <= 3%"] = all(abs(x) <= 0.03 for x in h200)
+  gains = [s["eb_gain"] for s in res["bandwidth_sweep"]]
   checks["EB gain falls as bandwidth grows"] = bool(len(gains) > 1 and all(
       b <= a + 1e-9 for a, b in itertools.pairwise(gains)))
-
-  lap("bandwidth_sweep")
-  # 6. The tiny JAX engine on this machine.
   if config.engine.enabled:
-    res["engine"] = run_engine_grid(config.engine, config.seed)
-    eng = res["engine"]
     checks[f"engine: crossover predicts the faster of MB/EB in >= {config.engine.accuracy_threshold:.0%} "
-           f"of cells"] = eng["accuracy"] >= config.engine.accuracy_threshold
+           f"of cells"] = res["engine"]["accuracy"] >= config.engine.accuracy_threshold
+  return checks
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Runs the five sections (each cached as one arm of `workdir`'s `ArmCache`) and the verdict."""
+  t_start = time.time()
+  os.makedirs(workdir, exist_ok=True)
+  sim = config.sim
+  cache = train.ArmCache(workdir)
+  laps: dict[str, float] = {}
+
+  def section(name, fn, *parts):
+    t0 = time.time()
+    out = cache.get_or_run(name, train.config_hash(config.seed, *parts), fn)
+    laps[name] = time.time() - t0
+    return out
+
+  res: dict[str, Any] = {"config": config.to_dict()}
+  res["crossover_shares"] = section("shares", lambda: crossover_shares(config.sweep.kappa),
+                                    config.sweep.kappa)
+  res.update(section("fig4_table4", lambda: fig4_table4(sim, config.seed), sim))
+  steady_gaps = ([v["ebplus_vs_best"] for v in res["fig4"].values()]
+                 + [v["ebplus_vs_best"] for v in res["table4"].values()])
+  res["ebplus_worst_steady_gap"] = worst = float(min(steady_gaps))
+  res["table5"] = section("table5", lambda: table5(sim, config.seed), sim)
+  res["bandwidth_sweep"] = section(
+      "bandwidth_sweep", lambda: bandwidth_sweep(sim, config.sweep, config.seed), sim, config.sweep)
+  if config.engine.enabled:
+    res["engine"] = section("engine", lambda: run_engine_grid(config.engine, config.seed),
+                            config.engine)
   else:
     res["engine"] = {"status": "not measured"}
-
-  lap("engine")
   res["section_seconds"] = laps
-  res["checks"] = checks
+  res["checks"] = checks = _checks(config, res)
+  fig4, table4, table5_res = res["fig4"], res["table4"], res["table5"]
+  c_lo, c_hi = min(sim.table4_concurrency), max(sim.table4_concurrency)
   passed = sum(checks.values())
   verdict = "held" if passed == len(checks) else ("partly held" if passed >= len(checks) / 2 else "did not hold")
   rtx_pf = fig4["RTX PRO 6000/prefill-heavy"]["eb_gain"]
-  rtx_t5 = table5["RTX PRO 6000/distribution"]["ebplus_vs_mb"]
+  rtx_t5 = table5_res["RTX PRO 6000/distribution"]["ebplus_vs_mb"]
+  sweep = res["bandwidth_sweep"]
   plots = []
   try:
     plots.append(report.save_plot(workdir, "table4.png", lambda ax: _plot_table4(ax, table4, sim)))
@@ -278,105 +298,6 @@ def _engine_summary(eng: dict) -> str:
           f"engine crossover share {eng['calibration']['crossover_share']:.2f}; timing noise floor "
           f"(EB+ running MB's exact steps vs MB) {eng['noise_floor']:.1%}, accuracy on the "
           f"{eng['decisive_cells']} cells with |EB/MB-1| above it {eng['decisive_accuracy']:.0%}. ")
-
-
-def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0) -> dict[str, Any]:
-  """MB, EB and EB+ on the tiny JAX engine over a (mu_L, mu_O, c) grid.
-
-  Calibrates the engine's linear step model on this machine, predicts the
-  faster of MB / EB per cell with the crossover condition (N = c, CFR
-  theta_0 at p = 1/mu_O), then runs the three schedulers interleaved
-  (MB, EB, EB+, then EB, EB+, MB, ...) `repeats` times per cell on the same requests.
-  Throughput = all tokens of the run / sum over steps of the step's median
-  measured time across repeats (schedules do not depend on time, so every
-  repeat runs the same step sequence; this is checked).
-  """
-  import jax
-
-  from jaxlab.nn import TransformerConfig
-  from jaxlab.serving import engine as E
-
-  t0 = time.time()
-  mcfg = TransformerConfig(**ecfg.model.to_dict())
-  slots = int(max(ecfg.concurrency))
-  max_len = max(E.max_len_for(ml, mo, ecfg.jitter) for ml in ecfg.mu_l for mo in ecfg.mu_o)
-  eng = E.Engine.create(mcfg, jax.random.key(seed), num_slots=slots, max_len=max_len,
-                        max_tokens=ecfg.token_budget + slots, midpoints=ecfg.midpoints)
-  eng.precompile()
-  compiles_warm = eng.compiles
-  t_compile = time.time() - t0
-  model, r2, samples = E.calibrate(eng, repeats=ecfg.calibration_repeats)
-  calib = {"alpha_p": model.alpha_p, "beta_p": model.beta_p, "alpha_d": model.alpha_d,
-           "beta_d": model.beta_d, "mb_abc": (model.mb_a, model.mb_b, model.mb_c), "r2": r2,
-           "crossover_share": cost.crossover_share(model),
-           "samples": [dataclasses.astuple(x) for x in samples]}
-
-  def make(kind, c):
-    mb = S.MBScheduler(c, ecfg.token_budget)
-    eb = S.EBScheduler(model, c, ecfg.token_budget, capacity=eng.capacity, min_samples=ecfg.eb_min_samples,
-                       update_every=ecfg.eb_update_every)
-    if kind == "MB":
-      return mb
-    if kind == "EB":
-      return eb
-    return S.EBPlusScheduler(model, mb, eb, eval_every=ecfg.ebplus_eval_every, n_obs_min=ecfg.ebplus_n_obs_min,
-                             crossover_theta=ecfg.crossover_theta)
-
-  cells = []
-  kinds = ("MB", "EB", "EB+")
-  for mu_l in ecfg.mu_l:
-    for mu_o in ecfg.mu_o:
-      wl = W.Workload(float(mu_l), float(mu_o), jitter=ecfg.jitter, output_dist=ecfg.output_dist)
-      for c in ecfg.concurrency:
-        n_req = max(ecfg.min_requests, ecfg.requests_per_client * c)
-        logs = {k: [] for k in kinds}
-        tokens, eb_share = {}, 0.0
-        for rep in range(ecfg.repeats):
-          # Interleaved, with the order rotated each repeat to cancel order effects.
-          for k in kinds[rep % 3:] + kinds[:rep % 3]:
-            eng.reset()
-            r = simulator.simulate(make(k, c), eng, wl, concurrency=c, num_requests=n_req, seed=seed,
-                                   capacity=eng.capacity, num_slots=c, warmup_frac=0.0)
-            logs[k].append(np.asarray(eng.step_log, np.float64))
-            tokens[k] = r.overall_throughput * r.duration
-            if k == "EB+":
-              eb_share = r.eb_step_share
-        # Schedules do not depend on time, so the repeats run the same steps: the
-        # step-wise median over repeats filters out spikes from other load.
-        med, same = {}, True
-        for k in kinds:
-          runs = logs[k]
-          same &= all(x.shape == runs[0].shape and np.array_equal(x[:, :2], runs[0][:, :2]) for x in runs)
-          if same:
-            med[k] = float(tokens[k] / np.median(np.stack([x[:, 2] for x in runs]), axis=0).sum())
-          else:
-            med[k] = float(np.median([tokens[k] / x[:, 2].sum() for x in runs]))
-        th = {k: [float(tokens[k] / x[:, 2].sum()) for x in logs[k]] for k in kinds}
-        pred = E.crossover_prediction(model, mu_l, mu_o, c)
-        eb_faster = med["EB"] > med["MB"]
-        cells.append({"mu_l": mu_l, "mu_o": mu_o, "c": c, "throughput_median": med, "throughput_runs": th,
-                      "steps": {k: int(len(logs[k][0])) for k in kinds}, "identical_repeats": bool(same),
-                      "predicted_eb": bool(pred), "measured_eb_faster": bool(eb_faster),
-                      "match": bool(pred == eb_faster), "eb_over_mb": med["EB"] / med["MB"],
-                      "ebplus_over_mb": med["EB+"] / med["MB"],
-                      "ebplus_over_best": med["EB+"] / max(med["MB"], med["EB"]),
-                      "ebplus_eb_step_share": float(eb_share)})
-  n = len(cells)
-  matches = sum(x["match"] for x in cells)
-  # Noise floor: where EB+ never left MB it ran exactly MB's steps, so |EB+/MB - 1| is timing noise.
-  same_as_mb = [abs(x["ebplus_over_mb"] - 1) for x in cells if x["ebplus_eb_step_share"] == 0.0]
-  floor = float(np.median(same_as_mb)) if same_as_mb else float("nan")
-  decisive = [x for x in cells if not abs(x["eb_over_mb"] - 1) <= floor]
-  return {"cells": cells, "cells_total": n, "matches": matches, "accuracy": matches / n,
-          "noise_floor": floor, "decisive_cells": len(decisive),
-          "decisive_accuracy": (sum(x["match"] for x in decisive) / len(decisive)) if decisive else float("nan"),
-          "always_mb_accuracy": sum(not x["measured_eb_faster"] for x in cells) / n,
-          "median_eb_over_mb": float(np.median([x["eb_over_mb"] for x in cells])),
-          "median_ebplus_over_mb": float(np.median([x["ebplus_over_mb"] for x in cells])),
-          "median_ebplus_over_best": float(np.median([x["ebplus_over_best"] for x in cells])),
-          "repeats": ecfg.repeats, "calibration": calib, "compiles_warmup": compiles_warm,
-          "compiles_after_warmup": eng.compiles - compiles_warm, "compile_seconds": t_compile,
-          "seconds": time.time() - t0}
 
 
 def _plot_table4(ax, table4, sim):

@@ -28,8 +28,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from jaxlab import data, optim, report
-from jaxlab.experiments import lm as lm_exp
+from jaxlab import data, optim, report, train
+from jaxlab.train import lm as train_lm
 
 _INJECTION = {"naive_rtn": ("none", False), "naive_sr": ("none", True), "eco_rtn": ("eco", False),
               "eco_sr": ("eco", True), "exact_ef": ("exact", True)}
@@ -82,7 +82,7 @@ def _toy_run(arm: str, cfg: ml_collections.ConfigDict):
       p, s, mid, acc, last, e_prev, cos_acc = carry
       g = {"w": h @ forward(p) - c}
       u, s_new = tx.update(g, s, p)
-      new = optax.apply_updates(p, u)
+      new = optim.apply_eco(p, u)  # QParam leaves land on Q(W + u); floats p + u
       moved = jnp.any(deploy(new) != deploy(p))
       last = jnp.where(moved, i, last)
       dist = jnp.linalg.norm(deploy(new) - w_star)
@@ -108,8 +108,11 @@ def _toy_run(arm: str, cfg: ml_collections.ConfigDict):
   return run
 
 
-def convex_toy(cfg: ml_collections.ConfigDict, seed: int) -> dict:
+def convex_toy(cfg: ml_collections.ConfigDict, seed: int,
+               cache: train.ArmCache | None = None) -> dict:
   """The convex toy over `cfg.seeds` problems (each offset by `seed`).
+
+  Each arm's table is computed once per config when `cache` is given.
 
   Table entries per arm and setting: "dist" (the tail-mean distance averaged
   over problems; the compared metric), "dist_final", "dist_mid", per-problem
@@ -125,19 +128,25 @@ def convex_toy(cfg: ml_collections.ConfigDict, seed: int) -> dict:
                          for _, _, w in problems]))
   settings = [(f"{lr:g}", lr, lr) for lr in cfg.lrs] + [
       (f"decay {cfg.decay[0]:g}->{cfg.decay[1]:g}", cfg.decay[0], cfg.decay[1])]
-  table: dict[str, dict[str, Any]] = {}
-  for arm in cfg.arms:
+
+  def arm_table(arm: str) -> dict[str, Any]:
     run = _toy_run(arm, cfg)
-    table[arm] = {}
+    rows = {}
     for name, lr0, lr1 in settings:
       outs = [jax.device_get(run(jnp.float32(lr0), jnp.float32(lr1), h, c, w, jax.random.PRNGKey(s)))
               for (h, c, w), s in zip(problems, seeds, strict=True)]
       final, tail, mid, last, cos = (np.asarray(x) for x in zip(*outs, strict=True))
-      table[arm][name] = {"dist": float(tail.mean()), "dist_final": float(final.mean()),
-                          "dist_mid": float(mid.mean()),
-                          "residual_cos": None if arm in ("master", "exact_ef") else float(cos.mean()),
-                          "dist_per_seed": [float(x) for x in tail],
-                          "last_move": int(last.max())}
+      rows[name] = {"dist": float(tail.mean()), "dist_final": float(final.mean()),
+                    "dist_mid": float(mid.mean()),
+                    "residual_cos": None if arm in ("master", "exact_ef") else float(cos.mean()),
+                    "dist_per_seed": [float(x) for x in tail],
+                    "last_move": int(last.max())}
+    return rows
+
+  key = train.config_hash({k: v for k, v in cfg.items() if k != "arms"}, seed)
+  table: dict[str, dict[str, Any]] = {
+      arm: cache.get_or_run(f"toy_{arm}", key, lambda arm=arm: arm_table(arm)) if cache
+      else arm_table(arm) for arm in cfg.arms}
   return {"table": table, "settings": [s[0] for s in settings], "grid_floor": floor,
           "init_dist": float(np.mean([jnp.linalg.norm(w) for _, _, w in problems])),
           "num_steps": cfg.num_steps, "seeds": seeds, "master_forward": cfg.master_forward}
@@ -156,17 +165,14 @@ def _quantizer(fmt: str, lm_cfg: ml_collections.ConfigDict) -> optim.Quantizer:
 
 def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, model) -> dict:
   """Trains one arm; returns val bits/byte (deployed weights) and static bytes."""
-  L = config.lm
+  L, t, o = config.lm, config.train, config.optimizer
   quant = _quantizer(fmt, L)
-  sched = optax.warmup_cosine_decay_schedule(
-      0.0, L.learning_rate, warmup_steps=min(L.warmup_steps, max(L.num_steps - 1, 1)),
-      decay_steps=max(L.num_steps, 2),
-      end_value=L.learning_rate * 0.1)
-  init_tokens = jnp.zeros((1, L.seq_len), jnp.int32)
+  sched = train.make_schedule(o, t.num_steps)
+  init_tokens = jnp.zeros((1, t.seq_len), jnp.int32)
   w0 = nn.meta.unbox(model.init(jax.random.key(config.seed), init_tokens)["params"])
-  loss_of = lm_exp.next_byte_loss(model)
-  adam_kw = dict(b1=L.b1, b2=L.b2, eps=L.eps, weight_decay=L.weight_decay)
-  clip = optax.clip_by_global_norm(L.grad_clip)
+  loss_of = train_lm.next_byte_loss(model)
+  adam_kw = dict(b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
+  clip = optax.clip_by_global_norm(o.grad_clip)
   if arm == "master":
     tx = optax.chain(clip, optim.master_adamw(sched, **adam_kw))
     params = w0
@@ -189,31 +195,38 @@ def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, mod
     else:
       loss, g = jax.value_and_grad(lambda w: loss_of(w, batch, None)[0])(forward(params))
     u, state = tx.update(g, state, params)
-    return optax.apply_updates(params, u), state, loss
+    return optim.apply_eco(params, u), state, loss
 
   t0 = time.perf_counter()
   losses = []
-  for i in range(L.num_steps):
-    batch = data.lm_batch(corpus.train, i, batch_size=L.batch_size, seq_len=L.seq_len,
+  for i in range(t.num_steps):
+    batch = data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len,
                           seed=config.seed)
     params, state, loss = step(params, state, batch)
     losses.append(loss)  # kept on device: no host sync per step
   weights = jax.jit(forward)(params)
-  bpb = lm_exp.eval_bits_per_byte(model, weights, corpus.val, batch_size=config.eval.batch_size,
-                                  seq_len=L.seq_len, num_batches=config.eval.num_batches,
-                                  seed=config.eval.seed)
+  bpb = train_lm.eval_bits_per_byte(model, weights, corpus.val,
+                                    batch_size=config.eval.batch_size, seq_len=t.seq_len,
+                                    num_batches=config.eval.num_batches, seed=config.eval.seed)
   return {"val_bits_per_byte": bpb, "static_bytes": static,
           "bytes_per_param": static / num_params, "num_params": num_params,
           "final_train_loss": float(np.mean(np.asarray(jax.device_get(losses[-10:]), np.float64))),
           "train_s": time.perf_counter() - t0}
 
 
-def tiny_lm(config: ml_collections.ConfigDict) -> dict:
+def tiny_lm(config: ml_collections.ConfigDict, cache: train.ArmCache) -> dict:
+  """Every (format, arm) of the LM study; finished arms come from `cache`."""
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
-  model = lm_exp.make_model(config)
+  model = train_lm.make_model(config)
+  shared = train.config_hash(config.seed, config.data, config.model, config.train,
+                             config.optimizer, config.eval,
+                             {k: v for k, v in config.lm.items() if k not in ("formats", "arms")})
   out = {}
   for fmt in config.lm.formats:
-    out[fmt] = {arm: train_arm(config, arm, fmt, corpus, model) for arm in config.lm.arms}
+    out[fmt] = {arm: cache.get_or_run(f"lm_{fmt}_{arm}", shared,
+                                      lambda fmt=fmt, arm=arm: train_arm(config, arm, fmt, corpus,
+                                                                         model))
+                for arm in config.lm.arms}
   return out
 
 
@@ -295,9 +308,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the convex toy and the tiny-LM study; writes results.json."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.perf_counter()
-  toy = convex_toy(config.toy, config.seed)
+  cache = train.ArmCache(workdir)
+  toy = convex_toy(config.toy, config.seed, cache)
   toy_s = time.perf_counter() - t0
-  lm = tiny_lm(config) if config.lm.formats else {}
+  lm = tiny_lm(config, cache) if config.lm.formats else {}
   v = _verdicts(toy, lm, config.claims)
   checks = [v[k] for k in ("toy_eco_within", "toy_naive_rtn_stalls", "lm_fp8_eco_within",
                            "lm_fp8_naive_rtn_worse", "lm_memory_ok") if k in v]

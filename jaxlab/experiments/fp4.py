@@ -28,23 +28,19 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from jaxlab import formats, report
+from jaxlab import data, formats, report
+from jaxlab.nn import Transformer
+from jaxlab.nn.transformer import default_dense
+from jaxlab.train import lm as train_lm
 
-# Experiment format name -> (jaxlab.formats name, options).
-FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
-    "fp8_e4m3": ("fp8_e4m3", {}),
-    "int4_g16": ("int4", {"block_size": 16, "scale_dtype": "e4m3"}),
-    "mxfp4_floor": ("mxfp4", {"scale_rule": "floor"}),
-    "mxfp4_rceil": ("mxfp4", {"scale_rule": "rceil"}),
-    "nvfp4": ("nvfp4", {}),
-    "mixfp4": ("mixfp4", {}),
-}
+# Format names are `jaxlab.formats` presets (the one quantization vocabulary).
+FORMATS = formats.PRESETS
 
 
 def _format(name: str) -> tuple[str, dict[str, Any]]:
   if name not in FORMATS:
     raise ValueError(f"Unknown format {name!r}; expected one of {sorted(FORMATS)}")
-  return FORMATS[name]
+  return name, {}
 
 
 def synthetic_tensor(dist: str, key: jax.Array, shape: tuple[int, int]) -> jax.Array:
@@ -150,7 +146,6 @@ class FakeQuantDense(nn.Module):
 
 def w4a4_dense_factory(act_format: str, quantize_lm_head: bool):
   """A `TransformerConfig.dense` factory that fake-quantizes projection inputs."""
-  from jaxlab.nn.transformer import default_dense
 
   def dense(features: int, *, name: str, dtype: Any, param_dtype: Any) -> nn.Module:
     if name == "lm_head" and not quantize_lm_head:
@@ -175,27 +170,24 @@ def quantize_weights(params: Any, name: str, *, quantize_lm_head: bool) -> Any:
 
 def _evaluator(corpus, c):
   """bits/byte(model, params) on fixed val windows; one compile per model."""
-  from jaxlab import data
-  from jaxlab.experiments import lm
   batches = [data.lm_batch(corpus.val, i, batch_size=c.eval_batch_size, seq_len=c.eval_seq_len,
                            seed=c.eval_seed) for i in range(c.eval_num_batches)]
   compiled = {}
 
   def bpb(model, params):
     if model not in compiled:
-      compiled[model] = jax.jit(lm.next_byte_loss(model))
+      compiled[model] = jax.jit(train_lm.next_byte_loss(model))
     loss = compiled[model]
     return sum(float(loss(params, b, None)[0]) for b in batches) / len(batches) / math.log(2)
   return bpb
 
 
 def ptq_study(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  from jaxlab.experiments import lm
-  from jaxlab.nn import Transformer
+  """PTQ of the base LM of `config` (its lm sections), trained once into `config.base_lm_dir`."""
   c = config.lm
-  cache_dir = c.cache_dir or os.path.join(workdir, "base_lm")
+  cache_dir = config.base_lm_dir or os.path.join(workdir, "base_lm")
   t0 = time.perf_counter()
-  model, params, corpus = lm.pretrained(c.preset, cache_dir)
+  model, params, corpus = train_lm.pretrained(config, cache_dir)
   t1 = time.perf_counter()
   bpb = _evaluator(corpus, c)
   res: dict[str, Any] = {"fp32": bpb(model, params), "w4a16": {}, "w4a4": {}}

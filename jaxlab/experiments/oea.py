@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 from jaxlab import data, moe, report
-from jaxlab.experiments import lm
+from jaxlab.train import lm as train_lm
 
 
 def make_moe_model(config: ml_collections.ConfigDict, *, routing: str = "topk",
@@ -34,7 +34,7 @@ def make_moe_model(config: ml_collections.ConfigDict, *, routing: str = "topk",
   m = config.moe
   ffn = moe.MoEFFN(num_experts=m.num_experts, k=m.k, d_ff=m.d_ff, routing=routing, k0=k0,
                    impl=m.impl)
-  return lm.make_model(config, ffn=ffn)
+  return train_lm.make_model(config, ffn=ffn)
 
 
 def moe_lm_loss(model, aux_weight: float):
@@ -52,8 +52,8 @@ def moe_lm_loss(model, aux_weight: float):
 def train_moe_lm(config: ml_collections.ConfigDict, workdir: str):
   """Trains (or resumes) the MoE LM in `workdir` with the `lm` pipeline. Returns (params, corpus)."""
   model = make_moe_model(config)
-  _, state, corpus = lm.train_lm(config, workdir, model=model,
-                                 loss_fn=moe_lm_loss(model, config.moe.aux_weight))
+  _, state, corpus = train_lm.train_lm(config, workdir, model=model,
+                                       loss_fn=moe_lm_loss(model, config.moe.aux_weight))
   return state.params, corpus
 
 

@@ -13,12 +13,13 @@ N = non-embedding parameters (blocks + final norm; embedding and LM head
 excluded: a jaxlab interpretation for an untied head), D = steps x batch x
 sequence length tokens.
 
-Training is a lean jitted loop (AdamW, warmup + cosine to 0.1x, clipping 1.0;
-the `lm` recipe) rather than `lm.train_lm`: compiling dominates on CPU, so the
+Training is a lean jitted loop (AdamW on `jaxlab.train.warmup_cosine`, clipping
+1.0; the `lm` recipe) rather than `train_lm`: compiling dominates on CPU, so the
 model of each size is built once with `QuantPolicy(runtime_group_sizes=...)`
 and the bits, G and step count of a run are traced arguments: every cell of
-one size shares one compiled program. Each finished run is cached in
-`workdir/cells/` so a killed run resumes at cell granularity.
+one size shares one compiled program. Each finished run is one arm of a
+`jaxlab.train.ArmCache` in `workdir`, so a killed run resumes at cell
+granularity.
 
 Findings and their computed verdicts (signed-exponent fit on the W4A4 cells,
 Huber + L-BFGS; exponents of axes with a single value are not fitted):
@@ -32,9 +33,7 @@ Huber + L-BFGS; exponents of axes with a single value are not fitted):
 """
 
 import dataclasses
-import json
 import math
-import os
 import time
 from typing import Any
 
@@ -44,9 +43,10 @@ import ml_collections
 import numpy as np
 import optax
 
-from jaxlab import data, report
-from jaxlab.experiments import lm
+from jaxlab import data, report, train
 from jaxlab.quant import QuantPolicy, qdense_factory, runtime_knobs, scaling_law
+from jaxlab.train import lm as train_lm
+from jaxlab.train.schedules import make_schedule
 
 LINEARS = {"QKV": "attn/q", "O": "attn/o", "FC1": "mlp/gate", "FC2": "mlp/down"}
 
@@ -72,17 +72,7 @@ def non_embedding_params(params: Any) -> int:
                  for x in jax.tree.leaves(v)))
 
 
-def _schedule(step, num_steps, t):
-  """Linear warmup then cosine to min_lr_frac, for a traced `num_steps`."""
-  total = num_steps.astype(jnp.float32)
-  warm = jnp.maximum(jnp.floor(t.warmup_frac * total), 1.0)
-  s = step.astype(jnp.float32)
-  frac = jnp.clip((s - warm) / jnp.maximum(total - warm, 1.0), 0.0, 1.0)
-  cos = t.min_lr_frac + (1 - t.min_lr_frac) * 0.5 * (1 + jnp.cos(jnp.pi * frac))
-  return t.learning_rate * jnp.where(s < warm, (s + 1) / warm, cos)
-
-
-def make_trainer(model, t: ml_collections.ConfigDict):
+def make_trainer(model, t: ml_collections.ConfigDict, opt: ml_collections.ConfigDict):
   """A jitted `train(key, qat, batches, num_steps, val_batches) -> dict` for `model`.
 
   key: the init key (parameters are initialized inside the program, so every
@@ -90,12 +80,14 @@ def make_trainer(model, t: ml_collections.ConfigDict):
   extra compile); qat: the run-time quantization knobs
   (`jaxlab.quant.runtime_knobs`);
   batches: int32 [max_steps, B, T+1] (the first `num_steps` are used, in order);
-  num_steps: traced int32. Knobs and budget are traced, so every precision,
-  G and D of one model size share one compiled program.
+  num_steps: traced int32 (the schedule of `opt` stretches to it). Knobs and
+  budget are traced, so every precision, G and D of one model size share one
+  compiled program.
   Returns {"train_loss" (smoothed), "val_loss", "kurtosis" (tree)}.
   """
-  tx = optax.chain(optax.clip_by_global_norm(t.grad_clip), optax.scale_by_adam(b1=t.b1, b2=t.b2),
-                   optax.add_decayed_weights(t.weight_decay))
+  tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip),
+                   optax.scale_by_adam(b1=opt.b1, b2=opt.b2),
+                   optax.add_decayed_weights(opt.weight_decay))
 
   def ce(params, qat, batch):
     logits = model.apply({"params": params, "qat": qat}, batch[:, :-1])
@@ -103,13 +95,14 @@ def make_trainer(model, t: ml_collections.ConfigDict):
 
   def train(key, qat, batches, num_steps, val_batches):
     params = model.init(key, batches[0, :1, :-1])["params"]
+    schedule = make_schedule(opt, num_steps)
     window = jnp.maximum(jnp.floor(t.smooth_frac * num_steps), 1).astype(jnp.int32)
 
     def body(i, carry):
       params, opt_state, acc = carry
       loss, grads = jax.value_and_grad(ce)(params, qat, batches[i])
       updates, opt_state = tx.update(grads, opt_state, params)
-      lr = _schedule(i, num_steps, t)
+      lr = schedule(i)
       params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
       return params, opt_state, acc + jnp.where(i >= num_steps - window, loss, 0.0)
 
@@ -144,7 +137,7 @@ def _cell_key(size, steps, precision, g, fc2):
 
 
 def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict]:
-  """Trains (or loads from `workdir/cells/`) every run of the grid; returns {key: record}."""
+  """Trains (or loads from `workdir`'s `ArmCache`) every run of the grid; returns {key: record}."""
   gr, t = config.grid, config.train
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   max_steps = max(gr.steps)
@@ -154,8 +147,10 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
   val = jnp.asarray(np.stack([
       data.lm_batch(corpus.val, i, batch_size=config.eval.batch_size, seq_len=t.seq_len,
                     seed=config.eval.seed) for i in range(config.eval.num_batches)]))
-  cell_dir = os.path.join(workdir, "cells")
-  os.makedirs(cell_dir, exist_ok=True)
+  cache = train.ArmCache(workdir)
+  # What determines a cell besides its own (size, steps, precision, G, FC2) name.
+  shared = train.config_hash(config.seed, config.data, config.model, config.quant, config.train,
+                             config.optimizer, config.eval)
   runs = [("FP32", None, False)]
   runs += [(p, g, False) for p in gr.precisions for g in gr.group_sizes]
   runs += [("W4A4", g, True) for g in gr.fc2_group_sizes]
@@ -167,23 +162,25 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
     size = tuple(int(s) for s in size)
     mcfg = ml_collections.ConfigDict(config.model.to_dict())
     mcfg.update(d_model=size[0], d_ff=size[1])
-    model = lm.make_model(ml_collections.ConfigDict({"model": mcfg}),
-                          dense=qdense_factory(runtime))
+    model = train_lm.make_model(ml_collections.ConfigDict({"model": mcfg}),
+                                dense=qdense_factory(runtime))
     # One init key for every precision of this size: all runs start from
     # identical weights (initialized inside the compiled program).
     init_key = jax.random.key(config.seed)
     variables = jax.eval_shape(model.init, init_key, batches[0, :1, :-1])
     n = non_embedding_params(variables["params"])
-    train = None
+    trainer = None
     for precision, g, fc2 in runs:
       for steps in gr.steps:
         key = _cell_key(size, steps, precision, g, fc2)
-        path = os.path.join(cell_dir, key + ".json")
-        if not os.path.exists(path):
-          train = train or make_trainer(model, t)
+
+        def cell(precision=precision, g=g, fc2=fc2, steps=steps, key=key, size=size, n=n,
+                 model=model, variables=variables, init_key=init_key):
+          nonlocal trainer
+          trainer = trainer or make_trainer(model, t, config.optimizer)
           qat = runtime_knobs(make_policy(config, precision, g, fc2_int8=fc2), variables["qat"])
           t0 = time.time()
-          out = jax.device_get(train(init_key, qat, batches, jnp.int32(steps), val))
+          out = jax.device_get(trainer(init_key, qat, batches, jnp.int32(steps), val))
           rec = {"d_model": size[0], "d_ff": size[1], "n": n,
                  "d": steps * t.batch_size * t.seq_len, "steps": steps, "precision": precision,
                  "group_size": g, "fc2_int8": fc2, "train_loss": float(out["train_loss"]),
@@ -191,11 +188,9 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
                  "kurtosis": _kurtosis_table(out["kurtosis"]), "seconds": time.time() - t0}
           if not all(math.isfinite(rec[k]) for k in ("train_loss", "val_loss")):
             raise ValueError(f"run {key} diverged: {rec}")
-          with open(path + ".tmp", "w") as f:
-            json.dump(rec, f)
-          os.replace(path + ".tmp", path)
-        with open(path) as f:
-          records[key] = json.load(f)
+          return rec
+
+        records[key] = cache.get_or_run(key, shared, cell)
   return records
 
 

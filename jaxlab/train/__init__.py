@@ -1,7 +1,12 @@
-"""Training core: state, jitted step, orbax resume, metrics, meshes."""
+"""Training core: state, jitted step, orbax resume, metrics, meshes, schedules, caches.
 
-from jaxlab.train.checkpoint import Checkpointer
-from jaxlab.train.loop import train_loop
+`jaxlab.train.lm` (the byte-LM recipe: `train_lm`, `pretrained`, ...) imports
+flax and the data loaders, so it is imported on its own: `from jaxlab.train import lm`.
+"""
+
+from jaxlab.train.arm_cache import ArmCache, config_hash
+from jaxlab.train.checkpoint import Checkpointer, CheckpointMismatchError, CheckpointSaveError
+from jaxlab.train.loop import NonFiniteLossError, train_loop
 from jaxlab.train.mesh import (
     AXES,
     batch_sharding,
@@ -11,10 +16,19 @@ from jaxlab.train.mesh import (
     state_sharding,
 )
 from jaxlab.train.metrics import MetricWriter, progress, read_metrics
+from jaxlab.train.schedules import make_schedule, warmup_cosine
 from jaxlab.train.state import TrainState, create_train_state, make_train_step
+from jaxlab.train.workdir import (
+    WorkdirConfigError,
+    check_config,
+    check_or_write_fingerprint,
+    config_fingerprint,
+)
 
 __all__ = [
-    "AXES", "Checkpointer", "MetricWriter", "TrainState", "batch_sharding", "create_train_state",
-    "fsdp_sharding", "make_mesh", "make_train_step", "progress", "read_metrics", "replicated",
-    "state_sharding", "train_loop",
+    "AXES", "ArmCache", "CheckpointMismatchError", "CheckpointSaveError", "Checkpointer",
+    "MetricWriter", "NonFiniteLossError", "TrainState", "WorkdirConfigError", "batch_sharding",
+    "check_config", "check_or_write_fingerprint", "config_fingerprint", "config_hash",
+    "create_train_state", "fsdp_sharding", "make_mesh", "make_schedule", "make_train_step",
+    "progress", "read_metrics", "replicated", "state_sharding", "train_loop", "warmup_cosine",
 ]

@@ -2,6 +2,7 @@ import pytest
 
 from jaxlab import experiments
 from jaxlab.presets import parse_preset
+from launch.configs import load_config
 
 
 def test_parse_preset():
@@ -14,7 +15,7 @@ def test_parse_preset():
 def test_registry_configs_load_every_preset():
   for name in experiments.REGISTRY:
     for preset in ("smoke", "quick", "full"):
-      config = experiments.load_config(name, preset)
+      config = load_config(name, preset)
       assert config.experiment == name and config.preset == preset
     assert callable(experiments.get(name).run)
 
@@ -23,4 +24,4 @@ def test_unknown_experiment():
   with pytest.raises(ValueError, match="Unknown experiment"):
     experiments.get("no_such_experiment")
   with pytest.raises(ValueError, match="No config file"):
-    experiments.load_config("no_such_experiment")
+    load_config("no_such_experiment")

@@ -67,7 +67,7 @@ def test_smoke_run_twice_resumes(tmp_path):
 
 
 def test_reproduce_writes_report(tmp_path):
-  from jaxlab.experiments.runner import reproduce
+  from launch.runner import reproduce
   path, failures = reproduce(str(tmp_path), "smoke", ["lm"])
   assert failures == []
   text = open(path).read()
@@ -79,7 +79,7 @@ def test_reproduce_writes_report(tmp_path):
 
 
 def test_bench_writes_ratios(tmp_path):
-  from jaxlab.experiments.runner import bench
+  from launch.runner import bench
   out = str(tmp_path / "bench.json")
   bench(out, "smoke", ["decode"])
   with open(out) as f:
@@ -89,17 +89,21 @@ def test_bench_writes_ratios(tmp_path):
   assert set(results["timings"]) == {"kv_cache", "recompute"}
 
 
-def test_reproduce_shares_the_base_lm_of_the_same_preset():
-  from jaxlab.experiments import load_config
-  from jaxlab.experiments.runner import _share_base_lm
+def test_reproduce_shares_the_base_lm_only_when_it_is_the_same_model():
+  from launch.configs import load_config
+  from launch.runner import share_base_lm
   config = load_config("fp4", "smoke")
-  _share_base_lm(config, "/w", "quick")  # fp4:smoke's base model is lm:smoke, not lm:quick
-  assert config.lm.cache_dir == ""
-  _share_base_lm(config, "/w", "smoke")
-  assert config.lm.cache_dir == os.path.join("/w", "lm")
-  config.lm.cache_dir = "/mine"
-  _share_base_lm(config, "/w", "smoke")
-  assert config.lm.cache_dir == "/mine"
+  share_base_lm(config, "/w", "quick")  # fp4:smoke's base model is lm:smoke, not lm:quick
+  assert config.base_lm_dir == ""
+  config.optimizer.learning_rate *= 2   # a different base model: never the lm run's
+  share_base_lm(config, "/w", "smoke")
+  assert config.base_lm_dir == ""
+  config = load_config("fp4", "smoke")
+  share_base_lm(config, "/w", "smoke")
+  assert config.base_lm_dir == os.path.join("/w", "lm")
+  config.base_lm_dir = "/mine"
+  share_base_lm(config, "/w", "smoke")
+  assert config.base_lm_dir == "/mine"
   lm_config = load_config("lm", "smoke")
-  _share_base_lm(lm_config, "/w", "smoke")
-  assert "cache_dir" not in lm_config.get("lm", {})
+  share_base_lm(lm_config, "/w", "smoke")
+  assert "base_lm_dir" not in lm_config

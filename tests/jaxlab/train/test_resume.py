@@ -8,8 +8,8 @@ import optax
 import pytest
 
 from jaxlab import data, train
-from jaxlab.experiments.lm import next_byte_loss
 from jaxlab.nn import Transformer, TransformerConfig
+from jaxlab.train.lm import next_byte_loss
 
 NUM_STEPS, CKPT_EVERY, CRASH_AT = 12, 5, 8
 

@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent("""
     import jax, numpy as np, optax
     assert len(jax.devices()) == 8, jax.devices()
     from jaxlab import data, train
-    from jaxlab.experiments.lm import next_byte_loss
+    from jaxlab.train.lm import next_byte_loss
     from jaxlab.nn import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig(d_model=32, num_layers=2, num_heads=4,

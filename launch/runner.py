@@ -1,10 +1,11 @@
 """Runs many experiments (the report) or benchmarks (ratios JSON).
 
 `launch/reproduce.py` and `launch/bench.py` are thin flag wrappers around
-`reproduce` and `bench`, which tests and notebooks call directly.
+`reproduce` and `bench`, which tests and notebooks call directly. Resuming is
+each experiment's own business (orbax for training, `jaxlab.train.ArmCache`
+for sweeps), so a killed `reproduce` rerun redoes no finished work.
 """
 
-import glob
 import importlib
 import json
 import os
@@ -13,7 +14,9 @@ import time
 import traceback
 
 from jaxlab import report
-from jaxlab.experiments import CONFIG_DIR, REGISTRY, get, load_config
+from jaxlab.experiments import REGISTRY, get
+from jaxlab.train.lm import base_lm_config
+from launch.configs import config_names, load_config
 
 
 def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple[str, list[str]]:
@@ -35,7 +38,7 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
     start = time.perf_counter()
     try:
       config = load_config(name, preset)
-      _share_base_lm(config, workdir, preset)
+      share_base_lm(config, workdir, preset)
       results = get(name).run(config, run_dir)
     except Exception:  # one failed experiment must not hide the others' rows
       failures.append(name)
@@ -53,19 +56,19 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
   return path, failures
 
 
-def _share_base_lm(config, workdir: str, preset: str) -> None:
-  """Points an experiment's base-LM cache (`config.lm.cache_dir`, when left empty)
-  at the `lm` experiment's run in `workdir`: for the same preset it is the same
-  trained model, so a report trains the tiny LM once."""
-  base = config.get("lm")
-  if base is not None and "cache_dir" in base and not base.cache_dir and base.get("preset") == preset:
-    base.cache_dir = os.path.join(workdir, "lm")
+def share_base_lm(config, workdir: str, preset: str) -> None:
+  """Points an experiment's base-LM cache (`config.base_lm_dir`, when left empty) at
+  the `lm` experiment's run in `workdir` when both train the same base model (equal
+  `jaxlab.train.lm.LM_SECTIONS`), so a report trains the tiny LM once."""
+  if config.get("experiment") == "lm" or "base_lm_dir" not in config or config.base_lm_dir:
+    return
+  if base_lm_config(config) == base_lm_config(load_config("lm", preset)):
+    config.base_lm_dir = os.path.join(workdir, "lm")
 
 
 def available_benchmarks() -> list[str]:
   """Names `x` of the `configs/bench_x.py` files."""
-  files = sorted(glob.glob(os.path.join(CONFIG_DIR, "bench_*.py")))
-  return [os.path.basename(f)[len("bench_"):-len(".py")] for f in files]
+  return [n[len("bench_"):] for n in config_names() if n.startswith("bench_")]
 
 
 def bench(out: str, preset: str, only: list[str] | None = None) -> dict:

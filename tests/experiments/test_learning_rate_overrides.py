@@ -1,0 +1,146 @@
+"""`config.optimizer.learning_rate` (the `--config.optimizer.learning_rate=...` key) is the
+learning rate each experiment trains with: one cheap check per experiment, smoke preset.
+
+Each check sets the key and observes the learning rate where the experiment builds its
+optimizer (a spy stops the run there), or the optimizer's update size; a config key that
+the experiment ignored would fail it.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import jaxlab.train
+from jaxlab.experiments import aes, eco, qat_scaling
+from jaxlab.experiments import modex as modex_exp
+from jaxlab.rl import sac
+from jaxlab.train import lm as train_lm
+from jaxlab.uq import classifiers
+from launch.configs import load_config
+
+
+class _Stop(Exception):
+  """Raised by a spy once it has seen what it needed."""
+
+
+def _update_norm(tx, steps: int) -> float:
+  params = {"w": jnp.zeros((8,))}
+  grads = {"w": jnp.linspace(-1.0, 1.0, 8)}
+  state = tx.init(params)
+  for _ in range(steps):
+    updates, state = tx.update(grads, state, params)
+  return float(optax.tree.norm(updates))
+
+
+@pytest.mark.parametrize("name", ["lm", "oea", "fp4"])
+def test_lm_trainers_use_optimizer_learning_rate(name):
+  # lm and oea train through train_lm's default optimizer; fp4's base model likewise.
+  config = load_config(name, "smoke")
+  n, warm = config.train.num_steps, config.optimizer.warmup_steps
+  base = _update_norm(train_lm.make_optimizer(config, n), warm + 1)
+  config.optimizer.learning_rate *= 2
+  doubled = _update_norm(train_lm.make_optimizer(config, n), warm + 1)
+  np.testing.assert_allclose(doubled, 2 * base, rtol=1e-5)
+  assert base > 0
+
+
+def test_fp4_base_model_follows_the_learning_rate(tmp_path):
+  config = load_config("fp4", "smoke")
+  before = train_lm.base_lm_config(config)
+  config.optimizer.learning_rate = 1e-4
+  assert train_lm.base_lm_config(config) != before
+  # A cache trained at another learning rate is refused, never silently reused.
+  (tmp_path / "base_lm.json").write_text('{"optimizer": {"learning_rate": 0.5}}')
+  with pytest.raises(ValueError, match="different"):
+    train_lm.pretrained(config, str(tmp_path))
+
+
+def test_eco_lm_arms_use_optimizer_learning_rate(monkeypatch):
+  config = load_config("eco", "smoke")
+  config.optimizer.learning_rate = 0.25
+  seen = []
+  real = jaxlab.train.make_schedule
+
+  def spy(opt, num_steps):
+    sched = real(opt, num_steps)
+    seen.append(float(sched(opt.warmup_steps)))
+    raise _Stop
+
+  monkeypatch.setattr(jaxlab.train, "make_schedule", spy)
+  with pytest.raises(_Stop):
+    eco.train_arm(config, "eco_sr", "fp8_e4m3", corpus=None, model=None)
+  assert seen == [pytest.approx(0.25)]
+
+
+def test_modex_uses_optimizer_learning_rate(monkeypatch):
+  config = load_config("modex", "smoke")
+  config.optimizer.learning_rate = 0.125
+  config.train.num_steps = 2
+  seen = []
+  real = classifiers.make_schedule
+
+  def spy(opt, num_steps):
+    sched = real(opt, num_steps)
+    seen.append(float(sched(0)))
+    return sched
+
+  monkeypatch.setattr(classifiers, "make_schedule", spy)
+  classifiers._train_step.cache_clear()
+  x = np.zeros((1, 4, 64), np.float32)
+  y = np.tile(np.eye(6, dtype=np.float32)[:1], (1, 4, 1))
+  modex_exp.train_classifier("softmax", config, x, y, np.array([4]), [0])
+  assert seen == [pytest.approx(0.125)]
+  classifiers._train_step.cache_clear()
+
+
+def test_qat_scaling_uses_optimizer_learning_rate(monkeypatch):
+  config = load_config("qat_scaling", "smoke")
+  config.optimizer.learning_rate = 0.5
+  seen = []
+
+  def spy(model, t, opt):
+    sched = jaxlab.train.make_schedule(opt, jnp.int32(100))
+    seen.append(float(jax.jit(sched)(jnp.int32(10))))
+    raise _Stop
+
+  monkeypatch.setattr(qat_scaling, "make_trainer", spy)
+  with pytest.raises(_Stop):
+    qat_scaling.run_cells(config, "/nonexistent-never-written")
+  assert seen == [pytest.approx(0.5)]
+
+
+def test_aes_sac_and_ppo_use_optimizer_learning_rates(monkeypatch):
+  config = load_config("aes", "smoke")
+  config.optimizer.actor.learning_rate = 0.1
+  config.optimizer.critic.learning_rate = 0.2
+  config.optimizer.alpha.learning_rate = 0.3
+  seen = []
+
+  def spy(env, cfg, drift):
+    seen.append((cfg.actor_lr, cfg.critic_lr, cfg.alpha_lr))
+    raise _Stop
+
+  monkeypatch.setattr(sac, "make_train", spy)
+  with pytest.raises(_Stop):
+    aes._run_task(config.pendulum, "abrupt", config)
+  assert seen == [(0.1, 0.2, 0.3)]
+  full = load_config("aes", "full")  # PPO (cartpole) takes the single optimizer.learning_rate
+  full.optimizer.learning_rate = 0.05
+  from jaxlab.rl import ppo
+  ppo_seen = []
+
+  def ppo_spy(env, cfg, drift):
+    ppo_seen.append(cfg.lr)
+    raise _Stop
+
+  monkeypatch.setattr(ppo, "make_train", ppo_spy)
+  with pytest.raises(_Stop):
+    aes._run_task(full.cartpole, "abrupt", full)
+  assert ppo_seen == [0.05]
+
+
+def test_ebplus_has_no_learning_rate():
+  # EB / EB+ is a serving study: nothing is trained, so there is no optimizer to set.
+  assert "optimizer" not in load_config("ebplus", "smoke")
