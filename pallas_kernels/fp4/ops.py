@@ -26,7 +26,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Float
 
 from jaxlab import formats
-from pallas_kernels import _common
+from pallas_kernels import _common, tuning
 from pallas_kernels.fp4 import kernel, reference
 
 _FMTS = ("nvfp4", "mixfp4")
@@ -65,6 +65,8 @@ def _tile(name: str, size: int, block: int, multiple: int = 1) -> int:
   return b
 
 
+# The op name of the dequant-matmul in tuning tables; its shape key is (m, k, n).
+TUNING_OP = "fp4_dequant_matmul"
 QUANTIZE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
 MATMUL_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
 
@@ -210,7 +212,7 @@ _dequant_matmul.defvjp(_dm_fwd, _dm_bwd)
 
 
 def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
-                   block: MatmulBlockSizes = MatmulBlockSizes(), implementation: str | None = None,
+                   block: MatmulBlockSizes | None = None, implementation: str | None = None,
                    interpret: bool | None = None, platform: str | None = None
                    ) -> Float[Array, "m n"]:
   """x @ dequantize(wq) with f32 accumulation; W decoded in-kernel through E2M2.
@@ -219,7 +221,9 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     x: [m, k] activations.
     wq: an NVFP4 or MixFP4 `QArray` of a [k, n] weight quantized along axis 0
       (`jaxlab.formats.quantize(w, fmt, axis=0)`): codes [n, k/2], scales [n, k/16].
-    block: tile sizes (m, n divide the dims; k a multiple of 16 dividing K).
+    block: tile sizes (m, n divide the dims; k a multiple of 16 dividing K). None: the
+      active tuning table's entry for ("fp4_dequant_matmul", (m, k, n), x.dtype, device)
+      (`pallas_kernels.tuning`), else `MatmulBlockSizes()`.
     implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
       "triton" or "xla" (`reference.dequant_matmul_reference`).
     interpret: True runs the kernel in interpret mode; None = only on CPU.
@@ -249,4 +253,8 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
                             platform=platform, variants=MATMUL_VARIANTS)
   if backend.is_xla:
     return _dequant_matmul_xla(x, wq)
+  if block is None:
+    tuned = tuning.lookup(TUNING_OP, (x.shape[0], x.shape[1], wq.shape[1]), x.dtype, platform)
+    block = MatmulBlockSizes() if tuned is None else MatmulBlockSizes(
+        tuned.block_m, tuned.block_n, tuned.block_k)
   return _dequant_matmul(x, wq, block, backend)

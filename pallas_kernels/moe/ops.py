@@ -24,9 +24,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Bool, Float, Int
 
-from pallas_kernels import _common
+from pallas_kernels import _common, tuning
 from pallas_kernels.moe import kernel, mgpu, reference
 
+# The op name of gmm in tuning tables; its shape key is (m, k, n, g).
+TUNING_OP = "gmm"
 GMM_VARIANTS = (_common.MOSAIC_TPU, _common.MOSAIC_GPU, _common.TRITON)
 # Mosaic GPU's wgmma takes 16-bit operands (one dtype) here; others use Triton on GPU.
 GMM_VARIANTS_F32 = (_common.MOSAIC_TPU, _common.TRITON)
@@ -160,7 +162,7 @@ _gmm.defvjp(_gmm_fwd, _gmm_bwd)
 
 
 def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[Array, "g"], *,
-        block: GmmBlockSizes = GmmBlockSizes(), implementation: str | None = None,
+        block: GmmBlockSizes | None = None, implementation: str | None = None,
         interpret: bool | None = None, platform: str | None = None) -> Float[Array, "m n"]:
   """Grouped (ragged) matmul, equal to `jax.lax.ragged_dot(lhs, rhs, group_sizes)`.
 
@@ -172,7 +174,9 @@ def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[A
     lhs: [m, k] rows sorted by group.
     rhs: [g, k, n] one matrix per group.
     group_sizes: int32 [g], sum <= m.
-    block: tiles (`GmmBlockSizes`).
+    block: tiles (`GmmBlockSizes`). None: the active tuning table's entry for
+      ("gmm", (m, k, n, g), lhs.dtype, device) (`pallas_kernels.tuning`), else
+      `GmmBlockSizes()`.
     implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
       "triton", "mosaic_gpu" or "xla" (the reference).
     interpret: True runs the kernel in interpret mode; None = only on CPU.
@@ -198,6 +202,11 @@ def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[A
                             variants=GMM_VARIANTS if sixteen else GMM_VARIANTS_F32)
   if backend.is_xla:
     return reference.gmm_reference(lhs, rhs, group_sizes)
+  if block is None:
+    tuned = tuning.lookup(TUNING_OP, (*lhs.shape, rhs.shape[2], rhs.shape[0]), lhs.dtype,
+                          platform)
+    block = GmmBlockSizes() if tuned is None else GmmBlockSizes(
+        m=tuned.block_m, k=tuned.block_k, n=tuned.block_n)
   return _gmm(lhs, rhs, group_sizes.astype(jnp.int32), block, backend)
 
 

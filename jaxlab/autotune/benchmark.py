@@ -1,0 +1,94 @@
+"""The KernelBand benchmark: tasks x seeds x methods at equal budget, scored against the oracle.
+
+Metrics at a budget T (systems.md 3d), on noise-free cost-model times of the
+config each method would ship (its best *measured* config after T proposals):
+* speedup = T(default) / T(best); geo-mean over tasks;
+* Fast@1 = share of tasks with speedup > 1;
+* Correct = share of tasks where >= 1 proposed candidate was valid;
+* simple regret = T(best) / T(oracle) - 1, the oracle an exhaustive search of
+  the task's grid (`space.config_grid`).
+"""
+
+import numpy as np
+
+from jaxlab.autotune import baselines, kernelband, proposers, space
+from jaxlab.autotune.cost_model import CostModelEvaluator
+
+METHODS = ("kernelband", "bon", "greedy", "egreedy", "no_mask", "k1", "heuristic_strategy")
+BASELINES = ("bon", "greedy", "egreedy")
+ABLATIONS = ("no_mask", "k1", "heuristic_strategy")
+
+
+def default_tasks(devices=("tpu_v5e", "h100", "h200")) -> list[space.Task]:
+  """12 (op, shape) pairs x the devices: 36 tasks for the three default devices."""
+  shapes = [("matmul", (1024, 1024, 1024)), ("matmul", (64, 4096, 4096)),
+            ("matmul", (4096, 512, 2048)), ("gmm", (1024, 512, 1024, 8)),
+            ("gmm", (2048, 1024, 512, 32)), ("fp4_dequant_matmul", (256, 2048, 2048)),
+            ("fp4_dequant_matmul", (16, 4096, 4096)), ("attention", (16, 1024, 128)),
+            ("attention", (64, 512, 64)), ("rmsnorm", (8192, 1024)), ("softmax", (4096, 1024)),
+            ("softmax", (1024, 512))]
+  return [space.Task(op, shape, "bfloat16", dev) for dev in devices for op, shape in shapes]
+
+
+def make_policy(method: str, kb: dict) -> kernelband.Policy:
+  """The policy of a method name in `METHODS` (kb: `KernelBandPolicy` kwargs + "epsilon")."""
+  kb = dict(kb)
+  epsilon = kb.pop("epsilon", 0.1)
+  if method == "kernelband":
+    return kernelband.KernelBandPolicy(**kb)
+  if method == "no_mask":
+    return kernelband.KernelBandPolicy(**{**kb, "theta_sat": float("inf")})
+  if method == "k1":
+    return kernelband.KernelBandPolicy(**{**kb, "num_clusters": 1})
+  if method == "bon":
+    return baselines.BestOfN()
+  if method == "greedy":
+    return baselines.Greedy()
+  if method == "egreedy":
+    return baselines.EpsilonGreedy(epsilon)
+  if method == "heuristic_strategy":
+    return baselines.HeuristicStrategy()
+  raise ValueError(f"Unknown method {method!r}; expected one of {METHODS}")
+
+
+def run_method(method: str, tasks: list[space.Task], seeds, budgets, *, noise: float = 0.03,
+               kb: dict | None = None, oracle: dict | None = None) -> dict:
+  """Runs one method on every task and seed with budget max(budgets).
+
+  Returns:
+    {"speedup" | "regret" | "correct": [seeds, tasks, len(budgets)] lists}.
+  """
+  if not tasks:
+    raise ValueError("tasks must be non-empty")
+  budgets = [int(b) for b in budgets]
+  if not budgets or min(budgets) < 1:
+    raise ValueError(f"budgets must be positive ints, got {budgets}")
+  kb = dict(kb or {})
+  make_policy(method, kb)  # a clear error for an unknown method, before any work
+  ev, prop = CostModelEvaluator(noise), proposers.LocalProposer()
+  oracle = oracle or {t.name: ev.oracle(t)[1] for t in tasks}
+  out = {k: np.zeros((len(seeds), len(tasks), len(budgets))) for k in ("speedup", "regret",
+                                                                        "correct")}
+  for si, seed in enumerate(seeds):
+    for ti, task in enumerate(tasks):
+      pol = make_policy(method, kb)
+      # Each (task, seed) has its own stream, shared by all methods (paired comparisons).
+      res = kernelband.run_search(task, pol, ev, prop, budget=max(budgets),
+                                  seed=int(seed) * 1000 + ti)
+      t_def = ev.true_time(task, res.default.config)
+      for bi, b in enumerate(budgets):
+        t_best = ev.true_time(task, res.best_after(b))
+        out["speedup"][si, ti, bi] = t_def / t_best
+        out["regret"][si, ti, bi] = t_best / oracle[task.name] - 1.0
+        out["correct"][si, ti, bi] = float(res.any_valid_after(b))
+  return {k: v.tolist() for k, v in out.items()}
+
+
+def summarize(arr) -> dict:
+  """[seeds, tasks, budgets] -> per-seed geo-mean speedup, Fast@1, Correct, mean regret."""
+  a = np.asarray(arr["speedup"])
+  return dict(
+      geomean_speedup=np.exp(np.log(a).mean(1)).tolist(),          # [seeds, budgets]
+      fast1=(a > 1.0).mean(1).tolist(),
+      correct=np.asarray(arr["correct"]).mean(1).tolist(),
+      regret=np.asarray(arr["regret"]).mean(1).tolist())

@@ -1,0 +1,178 @@
+"""KernelBand reproduction: does the hardware-aware bandit tune kernel configs most sample-
+efficiently?
+
+Every method (`jaxlab.autotune.benchmark.METHODS`) tunes every task (op, shape,
+device) from the default config with the same budget, under the tile-roofline
+cost model with 3 % timing noise; seeds are paired across methods (each
+(task, seed) has one random stream). The best measured config after T
+proposals is scored on noise-free times against the exhaustive oracle. Methods
+resume through `jaxlab.train.ArmCache`. KernelBand's best configs for the two
+Pallas kernels (FP4 dequant-matmul, grouped matmul) are written to
+`workdir/tuning.json`, the table `pallas_kernels.tuning` reads.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import numpy as np
+
+import jaxlab.report
+import jaxlab.train
+from jaxlab.autotune import benchmark, cost_model, kernelband, proposers, space, timing
+from pallas_kernels import tuning
+from pallas_kernels.fp4 import ops as fp4_ops
+from pallas_kernels.moe import ops as moe_ops
+
+PAPER_CLAIM = ("KernelBand (clustered, hardware-masked UCB over optimisation strategies) beats "
+               "best-of-N and GEAK at equal budget: 1.45-1.91x geo-mean speedup at T = 20 on "
+               "TritonBench-G, with the best sample efficiency")
+METHOD = "kernelband"
+_TUNING_OPS = {"fp4_dequant_matmul": fp4_ops.TUNING_OP, "gmm": moe_ops.TUNING_OP}
+
+
+def _split(s: str) -> list[str]:
+  return [x.strip() for x in str(s).split(",") if x.strip()]
+
+
+def _kb(config) -> dict:
+  kb = config.kernelband.to_dict()
+  if isinstance(kb["theta_sat"], (list, tuple)):
+    kb["theta_sat"] = tuple(kb["theta_sat"])
+  return kb
+
+
+def _measure(summ: dict, methods: list[str], bi: int) -> dict:
+  """Per-seed values of each declared criterion at budget index bi."""
+  def gm(m):
+    return np.asarray(summ[m]["geomean_speedup"])[:, bi]
+
+  measured = {}
+  if METHOD not in methods:
+    return measured
+  for name, other in (("speedup_vs_bon", "bon"), ("speedup_vs_greedy", "greedy"),
+                      ("speedup_vs_egreedy", "egreedy"), ("mask_helps", "no_mask"),
+                      ("clustering_helps", "k1"),
+                      ("bandit_beats_heuristic_strategy", "heuristic_strategy")):
+    if other in methods:
+      measured[name] = (gm(METHOD), gm(other))
+  base = [m for m in benchmark.BASELINES if m in methods]
+  if base:
+    best = np.min([np.asarray(summ[m]["regret"])[:, bi] for m in base], axis=0)
+    measured["regret_vs_best_baseline"] = (np.asarray(summ[METHOD]["regret"])[:, bi], best)
+  return measured
+
+
+def _tuning_table(tasks, kb: dict, budget: int, seed: int, noise: float) -> tuning.TuningTable:
+  ev, prop = cost_model.CostModelEvaluator(noise), proposers.LocalProposer()
+  table = tuning.TuningTable()
+  for ti, task in enumerate(tasks):
+    if task.op in _TUNING_OPS:
+      res = kernelband.run_search(task, benchmark.make_policy(METHOD, kb), ev, prop,
+                                  budget=budget, seed=seed * 1000 + ti)
+      table.add(_TUNING_OPS[task.op], task.shape, task.dtype,
+                cost_model.get_device(task.device).device_kind, res.best_after(budget))
+  return table
+
+
+def _timing_demo(cfg, kb: dict) -> dict:
+  task = space.Task(cfg.op, tuple(cfg.shape), cfg.dtype, "cpu")
+  ev = timing.TimingEvaluator(repeats=cfg.repeats)
+  res = kernelband.run_search(task, benchmark.make_policy(METHOD, kb), ev,
+                              proposers.LocalProposer(), budget=cfg.budget, seed=0)
+  best = res.best_after(cfg.budget)
+  best_time = min([res.default.time] + [t.time for t in res.trials if t.ok])
+  return dict(task=task.name, default=res.default.config.to_dict(),
+              default_seconds=res.default.time, best=best.to_dict(), best_seconds=best_time,
+              speedup=res.default.time / best_time,
+              valid=int(sum(t.ok for t in res.trials)), trials=len(res.trials))
+
+
+def _plot(workdir, summ, methods, budgets):
+  def draw(ax):
+    for m in methods:
+      r = np.asarray(summ[m]["regret"])
+      ax.errorbar(budgets, r.mean(0), yerr=r.std(0), label=m, marker="o", capsize=2)
+    ax.set_xlabel("budget T (proposals)")
+    ax.set_ylabel("mean simple regret vs oracle")
+    ax.set_yscale("log")
+    ax.set_title("KernelBand vs baselines / ablations (cost model)")
+    ax.legend(fontsize=7)
+  return jaxlab.report.save_plot(workdir, "kernelband_regret.png", draw)
+
+
+def run(config, workdir: str) -> dict:
+  """Runs every method (resuming finished ones), writes results.json and tuning.json."""
+  os.makedirs(workdir, exist_ok=True)
+  t0 = time.time()
+  methods, seeds = _split(config.methods), [int(s) for s in config.seeds]
+  budgets = [int(b) for b in config.budgets]
+  if not methods or not seeds:
+    raise ValueError("config.methods and config.seeds must be non-empty")
+  if config.criteria_budget not in budgets:
+    raise ValueError(f"config.criteria_budget={config.criteria_budget} must be one of "
+                     f"config.budgets={budgets}")
+  for m in methods:
+    benchmark.make_policy(m, {})  # a clear error for an unknown name, before any work
+  tasks = benchmark.default_tasks(tuple(_split(config.devices)))
+  kb = _kb(config)
+  ev = cost_model.CostModelEvaluator(config.noise)
+  oracle = {t.name: ev.oracle(t)[1] for t in tasks}
+
+  cache = jaxlab.train.ArmCache(workdir)
+  shared = jaxlab.train.config_hash([t.name for t in tasks], config.seeds, config.budgets,
+                                    config.noise, config.kernelband)
+  per_method = {}
+  for m in methods:
+    def go(m=m):
+      start = time.process_time()
+      r = benchmark.run_method(m, tasks, seeds, budgets, noise=config.noise, kb=kb,
+                               oracle=oracle)
+      return dict(r, cpu_seconds=time.process_time() - start)
+    per_method[m] = cache.get_or_run(m, jaxlab.train.config_hash(shared, m), go)
+  summ = {m: benchmark.summarize(r) for m, r in per_method.items()}
+  bi = budgets.index(int(config.criteria_budget))
+  row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(summ, methods, bi))
+
+  table = _tuning_table(tasks, kb, max(budgets), seeds[0], config.noise)
+  tuning_path = os.path.join(workdir, "tuning.json")
+  table.save(tuning_path)
+  timing_result = _timing_demo(config.timing, kb) if config.timing.enabled else None
+  plot = _plot(workdir, summ, methods, budgets)
+
+  def cell(m, b):
+    s = summ[m]
+    gm, f1 = np.asarray(s["geomean_speedup"])[:, b], np.asarray(s["fast1"])[:, b]
+    co, rg = np.asarray(s["correct"])[:, b], np.asarray(s["regret"])[:, b]
+    return (f"{gm.mean():.2f}x ± {gm.std():.2f} / {100 * f1.mean():.0f}% / "
+            f"{100 * co.mean():.0f}% / {rg.mean():.2f}")
+
+  lines = [f"{len(tasks)} tasks, {len(seeds)} paired seeds; cells = geo-mean speedup over the "
+           "default (± std over seeds) / Fast@1 / Correct / mean simple regret vs the "
+           "exhaustive oracle, at T = " + " / ".join(map(str, budgets)) + ":"]
+  for m in methods:
+    lines.append(f"{m}: " + " | ".join(cell(m, b) for b in range(len(budgets))) + ".")
+  lines.append("Cost model: jaxlab's tile roofline (systems.md 3d) with 3% log-normal noise; "
+               "strategies are local config edits (no LLM), so gaps are expected to be smaller "
+               "than the paper's. jaxlab interpretation: parent softmax over headroom in % at "
+               f"temperature {kb['parent_temperature']}; theta_sat {kb['theta_sat']}%.")
+  if timing_result:
+    lines.append(f"CPU timing (XLA blocked equivalent, {timing_result['task']}): KernelBand "
+                 f"T = {timing_result['trials']} found {timing_result['speedup']:.2f}x over the "
+                 f"default ({1e3 * timing_result['default_seconds']:.2f} -> "
+                 f"{1e3 * timing_result['best_seconds']:.2f} ms).")
+  report = jaxlab.report.ReportRow(
+      method="KernelBand (bandit kernel autotuning)", paper_claim=PAPER_CLAIM,
+      baseline="; ".join(f"{m}: {cell(m, bi)}" for m in benchmark.BASELINES if m in methods)
+      or "no baseline run",
+      ours=f"{METHOD}: {cell(METHOD, bi)}" if METHOD in methods else "kernelband not run",
+      verdict=row_verdict, details=" ".join(lines), plots=(plot,), criteria=criteria)
+  results = dict(
+      experiment="kernelband", preset=config.preset, seeds=seeds, methods=methods,
+      budgets=budgets, tasks=[t.name for t in tasks], oracle_seconds=oracle, summary=summ,
+      per_method=per_method, tuning_file=tuning_path, tuning_entries=len(table),
+      timing=timing_result, seconds=time.time() - t0,
+      config=json.loads(config.to_json_best_effort()), report=dataclasses.asdict(report))
+  jaxlab.report.write_results(workdir, results)
+  return results
