@@ -42,13 +42,15 @@ def get_config(arg=None):
       idk_label_rate=0.1))          # jaxlab interpretation: SFT shows the IDK token
   config.model = ml_collections.ConfigDict(dict(
       kind="transformer", d_model=48, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=96))
-  config.sft = ml_collections.ConfigDict(dict(num_steps=600, batch_size=64, learning_rate=3e-3))
+  config.sft = ml_collections.ConfigDict(dict(num_steps=600, batch_size=64))
   # RL: train.batch_size prompts per step, each answered group_size times.
   config.train = ml_collections.ConfigDict(dict(
       num_steps=600, batch_size=32, group_size=8, updates_per_batch=1, eps_low=0.2,
       eps_high=0.28, max_grad_norm=1.0, num_evals=10))
+  # optimizer.learning_rate is the RL stage's; optimizer.sft the SFT stage's.
   config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, schedule="constant", warmup_steps=0))
+      learning_rate=1e-3, schedule="constant", warmup_steps=0,
+      sft=dict(learning_rate=3e-3)))
   # jaxlab interpretations (spec defaults s=1, k=2, b=0): a_U = s tanh(k (rho_w - rho_c)
   # + b (0.5 - g_t)), g_t an EMA of batch accuracy; "TAD only" uses a constant a_U.
   config.ucpo = ml_collections.ConfigDict(dict(

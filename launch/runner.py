@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from jaxlab import report
+from jaxlab import report, train
 from jaxlab.experiments import REGISTRY, get
 from jaxlab.train.lm import base_lm_config
 from launch.configs import config_names, load_config
@@ -39,6 +39,8 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
     try:
       config = load_config(name, preset)
       share_base_lm(config, workdir, preset)
+      # A workdir of another config is refused, never reported as this one's.
+      train.check_or_write_fingerprint(run_dir, config)
       results = get(name).run(config, run_dir)
     except Exception:  # one failed experiment must not hide the others' rows
       failures.append(name)
@@ -50,9 +52,7 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
     entries.append((name, run_dir, results))
   path = report.render_report(
       entries, os.path.join(workdir, "REPORT.md"),
-      preamble=(f"Preset `{preset}`, produced by `python -m launch.reproduce`. Every number is "
-                "measured in this run; each verdict is computed from the numbers by its "
-                "experiment (the criterion is in its details)."))
+      preamble=f"Preset `{preset}`, produced by `python -m launch.reproduce --preset={preset}`.")
   return path, failures
 
 

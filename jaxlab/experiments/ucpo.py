@@ -48,7 +48,8 @@ def _configs(config):
   task_cfg = kt.TaskConfig(**{**config.task.to_dict(),
                               "fractions": tuple(config.task.fractions)})
   policy_cfg = kt.PolicyConfig(**config.model.to_dict())
-  sft_cfg = kt.SFTConfig(**config.sft.to_dict())
+  sft_cfg = kt.SFTConfig(**config.sft.to_dict(),
+                          learning_rate=config.optimizer.sft.learning_rate)
   t, u = config.train, config.ucpo
   lr = jaxlab.train.make_schedule(config.optimizer, t.num_steps * t.updates_per_batch)
   rl_cfg = kt.RLConfig(
@@ -183,7 +184,8 @@ def run(config, workdir: str) -> dict:
                 seconds=time.time() - start)
 
   cache = jaxlab.train.ArmCache(workdir)
-  shared = jaxlab.train.config_hash(config.seeds, config.task, config.model, config.sft)
+  shared = jaxlab.train.config_hash(config.seeds, config.task, config.model, config.sft,
+                                    config.optimizer.sft)
   sft_result = cache.get_or_run("sft", shared, run_sft)
   rl_key = jaxlab.train.config_hash(shared, config.train, config.optimizer, config.ucpo)
   per_arm = {a: cache.get_or_run(a, jaxlab.train.config_hash(rl_key, a),

@@ -2,7 +2,8 @@
 
 `optimizer.learning_rate` (+ `.schedule`, and `.warmup_steps` or
 `.warmup_frac` for a warmup-cosine schedule) is THE learning rate (SAC's
-three optimizers: `optimizer.{actor,critic,alpha}.learning_rate`);
+three optimizers: `optimizer.{actor,critic,alpha}.learning_rate`; a second
+stage, e.g. SFT before RL: `optimizer.<stage>.learning_rate`);
 `seed` or `seeds`; `train.num_steps` and `train.batch_size`; `mesh.*` with the
 named axes. Where a path does not apply, the reason is stated below, and no
 config may hide a learning rate under another name.
@@ -22,6 +23,9 @@ NO_TRAINING = {
     "bench_oea": "times an MoE layer's decode step",
     "bench_text": "times a pretrained sentence encoder's inference",
     "bench_lm_train": "times train steps (its optimizer's learning_rate is still checked)",
+    "bench_kernels": "times Pallas kernels against their XLA references",
+    "bench_ucpo": "times RL steps (its optimizer's learning_rate is still checked)",
+    "kernelband": "tunes kernel configurations against a cost model or timings",
 }
 # Paths that exist but are swept axes, not the run's knob (name -> reason).
 SWEEP_AXES = {
@@ -81,6 +85,9 @@ def test_config_speaks_the_vocabulary(name, preset):
   if "actor" in opt:  # SAC: one optimizer per network
     for net in ("actor", "critic"):
       assert isinstance(opt[net].learning_rate, float), (name, net)
+  for part, sub in opt.items():  # a second stage or network: optimizer.<part>.learning_rate
+    if hasattr(sub, "items"):
+      assert isinstance(sub.get("learning_rate"), float) and sub.learning_rate > 0, (name, part)
   assert isinstance(opt.learning_rate, float) and opt.learning_rate > 0
   assert opt.get("schedule", None) in ("warmup_cosine", "constant"), (name, opt.get("schedule"))
   if opt.schedule == "warmup_cosine":
