@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 from jax.flatten_util import ravel_pytree
+from jax.typing import DTypeLike
 
 from jaxlab.rl import aes_scheduler as aes_lib
 from jaxlab.rl import envs as envs_lib
@@ -126,25 +127,28 @@ def orthogonal_init(scale: float = 1.0):
 
 
 class ActorCritic(nn.Module):
-  """Separate tanh MLPs: returns (logits [..., num_actions], value [...])."""
+  """Separate tanh MLPs: returns (logits [..., num_actions], value [...]).
+
+  `dtype` is the computation dtype and `param_dtype` the weights' (float32 by
+  default), as in `flax.linen.Dense`.
+  """
   num_actions: int
   hidden: int = 64
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, obs):
     ortho = orthogonal_init
-    zeros = nn.initializers.zeros
+    kw = dict(bias_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=self.param_dtype)
     h = obs
     for _ in range(2):
-      h = nn.tanh(nn.Dense(self.hidden, kernel_init=ortho(math.sqrt(2)),
-                           bias_init=zeros)(h))
-    logits = nn.Dense(self.num_actions, kernel_init=ortho(0.01),
-                      bias_init=zeros)(h)
+      h = nn.tanh(nn.Dense(self.hidden, kernel_init=ortho(math.sqrt(2)), **kw)(h))
+    logits = nn.Dense(self.num_actions, kernel_init=ortho(0.01), **kw)(h)
     v = obs
     for _ in range(2):
-      v = nn.tanh(nn.Dense(self.hidden, kernel_init=ortho(math.sqrt(2)),
-                           bias_init=zeros)(v))
-    v = nn.Dense(1, kernel_init=ortho(1.0), bias_init=zeros)(v)
+      v = nn.tanh(nn.Dense(self.hidden, kernel_init=ortho(math.sqrt(2)), **kw)(v))
+    v = nn.Dense(1, kernel_init=ortho(1.0), **kw)(v)
     return logits, v[..., 0]
 
 

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 from jax.flatten_util import ravel_pytree
+from jax.typing import DTypeLike
 
 from jaxlab.rl import aes_scheduler as aes_lib
 from jaxlab.rl import envs as envs_lib
@@ -114,23 +115,33 @@ class _MLP(nn.Module):
   hidden: int
   num_layers: int
   out: int
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, x):
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     for _ in range(self.num_layers):
-      x = nn.relu(nn.Dense(self.hidden)(x))
-    return nn.Dense(self.out)(x)
+      x = nn.relu(nn.Dense(self.hidden, **kw)(x))
+    return nn.Dense(self.out, **kw)(x)
 
 
 class Actor(nn.Module):
-  """Tanh-squashed Gaussian policy: returns (mean, log_std), each [..., A]."""
+  """Tanh-squashed Gaussian policy: returns (mean, log_std), each [..., A].
+
+  `dtype` is the computation dtype and `param_dtype` the weights' (float32 by
+  default), as in `flax.linen.Dense`; the same pair is on `DoubleCritic`.
+  """
   action_dim: int
   hidden: int = 64
   num_layers: int = 2
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, obs):
-    h = _MLP(self.hidden, self.num_layers, 2 * self.action_dim)(obs)
+    h = _MLP(self.hidden, self.num_layers, 2 * self.action_dim, self.dtype,
+             self.param_dtype)(obs)
     mean, log_std = jnp.split(h, 2, axis=-1)
     log_std = -5.0 + 3.5 * (jnp.tanh(log_std) + 1.0)  # in [-5, 2]
     return mean, log_std
@@ -140,11 +151,14 @@ class DoubleCritic(nn.Module):
   """Two Q networks; returns [2, ...] Q values."""
   hidden: int = 64
   num_layers: int = 2
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, obs, action):
     x = jnp.concatenate([obs, action], axis=-1)
-    qs = [_MLP(self.hidden, self.num_layers, 1)(x)[..., 0] for _ in range(2)]
+    qs = [_MLP(self.hidden, self.num_layers, 1, self.dtype, self.param_dtype)(x)[..., 0]
+          for _ in range(2)]
     return jnp.stack(qs)
 
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import DTypeLike
 from jaxtyping import Float
 
 from jaxlab.uq import _checks
@@ -27,6 +28,10 @@ class EDLHead(nn.Module):
     evidence: "softplus" (default), "relu" (Sensoy et al.) or "exp"
       (logits clipped to +-log_clip).
     log_clip: clip of the logits for the "exp" evidence.
+    dtype: computation dtype of the Dense layer (None: inferred, as in
+      `flax.linen.Dense`); the evidence and alpha stay at least float32 (the
+      Dirichlet math needs it, as in `MoDEXHead`).
+    param_dtype: dtype of the weights (float32 by default).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -38,12 +43,16 @@ class EDLHead(nn.Module):
   num_classes: int
   evidence: str = "softplus"
   log_clip: float = 10.0
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, h: Float[Array, "*b d"]) -> Float[Array, "*b k"]:
     if self.evidence not in _EVIDENCE:
       raise ValueError(f"evidence must be one of {_EVIDENCE}, got {self.evidence!r}")
-    z = nn.Dense(self.num_classes, name="evidence")(h)
+    z = nn.Dense(self.num_classes, dtype=self.dtype, param_dtype=self.param_dtype,
+                 name="evidence")(h)
+    z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
     if self.evidence == "softplus":
       e = jax.nn.softplus(z)
     elif self.evidence == "relu":
@@ -54,7 +63,10 @@ class EDLHead(nn.Module):
 
 
 class FEDLHead(MoDEXHead):
-  """F-EDL head: `MoDEXHead` with one scalar advocacy tau per example."""
+  """F-EDL head: `MoDEXHead` with one scalar advocacy tau per example.
+
+  Inherits `MoDEXHead`'s fields, `dtype` / `param_dtype` included.
+  """
   shared_advocacy: bool = True
 
 

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 from jax.scipy.special import digamma, logsumexp, xlogy
+from jax.typing import DTypeLike
 from jaxtyping import Float
 
 from jaxlab.uq import _checks
@@ -351,12 +352,16 @@ class _GateMLP(nn.Module):
   out_dim: int
   hidden_dim: int
   num_layers: int
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, h: Array) -> Array:
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     for i in range(self.num_layers):
-      h = nn.LayerNorm(name=f"norm_{i}")(nn.relu(nn.Dense(self.hidden_dim, name=f"dense_{i}")(h)))
-    return nn.Dense(self.out_dim, name="out")(h)
+      h = nn.relu(nn.Dense(self.hidden_dim, name=f"dense_{i}", **kw)(h))
+      h = nn.LayerNorm(name=f"norm_{i}", **kw)(h)
+    return nn.Dense(self.out_dim, name="out", **kw)(h)
 
 
 class MoDEXHead(nn.Module):
@@ -377,6 +382,13 @@ class MoDEXHead(nn.Module):
       classes: the F-EDL head.
     log_alpha_clip: |log alpha| is clipped to this.
     tau_max: upper bound of tau.
+    dtype: computation dtype of the layers (None: inferred from inputs and
+      params, as in `flax.linen.Dense`). The activations and the returned
+      (alpha, tau, omega) stay at least float32: omega must pass the simplex
+      check (sums to 1 within 1e-3, which a bfloat16 softmax misses) and the
+      Dirichlet moments lose their accuracy in bfloat16.
+    param_dtype: dtype of the weights (float32 by default, also under a
+      bfloat16 `dtype`).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -384,6 +396,9 @@ class MoDEXHead(nn.Module):
     >>> params = head.init(jax.random.key(0), jnp.zeros((2, 5)))
     >>> head.apply(params, jnp.zeros((2, 5))).alpha.shape
     (2, 3)
+    >>> bf16 = MoDEXHead(num_classes=3, hidden_dim=8, dtype=jnp.bfloat16)
+    >>> bf16.apply(params, jnp.zeros((2, 5))).alpha.dtype  # layers in bf16
+    dtype('float32')
   """
   num_classes: int
   hidden_dim: int = 64
@@ -391,16 +406,22 @@ class MoDEXHead(nn.Module):
   shared_advocacy: bool = False
   log_alpha_clip: float = 10.0
   tau_max: float = 1e4
+  dtype: DTypeLike | None = None
+  param_dtype: DTypeLike = jnp.float32
 
   @nn.compact
   def __call__(self, h: Float[Array, "*b d"]) -> ModexParams:
     if self.num_classes < 2:
       raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
     k = self.num_classes
-    alpha_logits = nn.Dense(k, name="alpha")(h)
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    alpha_logits = nn.Dense(k, name="alpha", **kw)(h)
     tau_logits = _GateMLP(1 if self.shared_advocacy else k, self.hidden_dim, self.num_layers,
-                          name="tau")(h)
-    omega_logits = _GateMLP(k, self.hidden_dim, self.num_layers, name="omega")(h)
-    return modex_activations(alpha_logits, jnp.broadcast_to(tau_logits, alpha_logits.shape),
-                             omega_logits, log_alpha_clip=self.log_alpha_clip,
+                          name="tau", **kw)(h)
+    omega_logits = _GateMLP(k, self.hidden_dim, self.num_layers, name="omega", **kw)(h)
+    # Activations in >= float32 (see `dtype` above), as a transformer keeps its softmax.
+    up = lambda z: z.astype(jnp.promote_types(z.dtype, jnp.float32))
+    return modex_activations(up(alpha_logits),
+                             up(jnp.broadcast_to(tau_logits, alpha_logits.shape)),
+                             up(omega_logits), log_alpha_clip=self.log_alpha_clip,
                              tau_max=self.tau_max)

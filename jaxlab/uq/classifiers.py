@@ -34,7 +34,8 @@ class Classifier(nn.Module):
   Outputs: softmax -> logits [b, K]; edl -> alpha [b, K];
   fedl / modex -> `jaxlab.uq.ModexParams`. `dtype` (computation) and
   `param_dtype` (weights, float32 by default) apply to every layer, as in
-  `flax.linen.Dense`.
+  `flax.linen.Dense`; the outputs stay at least float32 (softmax logits are
+  upcast here, the Dirichlet heads do it themselves).
   """
   kind: str
   num_classes: int
@@ -54,7 +55,8 @@ class Classifier(nn.Module):
     for i, width in enumerate(self.hidden):
       h = nn.relu(nn.Dense(width, name=f"backbone_{i}", **kw)(h))
     if self.kind == "softmax":
-      return nn.Dense(self.num_classes, name="head", **kw)(h)
+      logits = nn.Dense(self.num_classes, name="head", **kw)(h)
+      return logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
     if self.kind == "edl":
       return EDLHead(self.num_classes, evidence=self.edl_evidence,
                         log_clip=self.log_alpha_clip, name="head", **kw)(h)
