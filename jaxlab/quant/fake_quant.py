@@ -1,19 +1,28 @@
 """Group-wise fake quantization with a straight-through gradient (QAT).
 
-`fake_quant(x, bits, group_size)` quantizes and dequantizes `x` in groups of
+`fake_quant(x, bits=, group_size=)` quantizes and dequantizes `x` in groups of
 `group_size` contiguous elements along its last axis (the reduction / K axis
 of a matmul input; for a weight pass it with K last), so the forward pass sees
 the quantization error while training stays in float32.
 
-Formats ("int" with `bits` in 2..8, or "fp4" = E2M1):
-  * INT-b: symmetric grid [-2^(b-1), 2^(b-1)-1] ([-8, 7] for INT4).
-    AbsMax scale s = max|x_group| / M. The spec ([P], section 3(b)) says M = 8
-    for INT4, i.e. M = 2^(b-1) (`absmax_m="paper"`): the group's max maps to
-    +8 and is clipped to +7, the min maps to -8 exactly. `absmax_m="qmax"`
-    (M = 2^(b-1) - 1 = 7 for INT4, no clipping, -8 unused) is a jaxlab
-    interpretation kept as a knob.
-  * FP4: E2M1 grid ±{0, .5, 1, 1.5, 2, 3, 4, 6}, s = max|x_group| / 6, round to
-    nearest even (`jaxlab.formats.round_float`).
+Formats. `fmt` is one of two things:
+  * a named format of `jaxlab.formats` (a preset such as "nvfp4", "mxfp4",
+    "mixfp4", "int4_g16", "int4_g32", "fp8_e4m3_row", an element family, or a
+    `formats.Format`): the preset fixes element bits, block size and scales,
+    and the forward value is `formats.fake_quant(x, fmt, axis=-1)` (the one
+    quantization vocabulary; `bits`/`group_size` are not used with a preset).
+  * a parametric QAT grid family (`GRID_FAMILIES`), whose bits and group size
+    are free knobs so a scaling-law grid can sweep them (these are families,
+    not named formats; the named ones live in `jaxlab.formats`):
+    - "int": INT-b, `bits` in 2..8: symmetric grid [-2^(b-1), 2^(b-1)-1]
+      ([-8, 7] for INT4). AbsMax scale s = max|x_group| / M. The spec ([P],
+      section 3(b)) says M = 8 for INT4, i.e. M = 2^(b-1)
+      (`absmax_m="paper"`): the group's max maps to +8 and is clipped to +7,
+      the min maps to -8 exactly. `absmax_m="qmax"` (M = 2^(b-1) - 1 = 7 for
+      INT4, no clipping, -8 unused) is a jaxlab interpretation kept as a knob.
+    - "fp4": E2M1 grid +-{0, .5, 1, 1.5, 2, 3, 4, 6} with a float32 group
+      scale s = max|x_group| / 6, round to nearest even
+      (`jaxlab.formats.round_float`).
 
 Clipping ranges: AbsMax uses c = max|x_group| (scale is a stop-gradient
 constant, the usual STE practice). LAC (learnable activation clipping) uses
@@ -26,7 +35,24 @@ y = x / s, d fake_quant / dx = 1 where |y| <= M (inside the clip range
 [-c, c]) and 0 outside; the +M -> 2^(b-1)-1 step of `absmax_m="paper"` lies
 inside the range and keeps its gradient. For LAC the clip receives the
 LSQ-style gradient (q - y inside the range, q at clipped elements, times
-dc/dlogit), so it can both grow and shrink.
+dc/dlogit), so it can both grow and shrink. Preset formats use the identity
+STE of `jaxlab.formats.fake_quant`.
+
+Non-finite and tiny inputs (the rule of `jaxlab.formats` for scales, with one
+deliberate difference for element values; a jaxlab interpretation):
+  * Group (and tensor) amaxes are taken over finite values only, so one NaN
+    or Inf never changes what the other elements of its group get.
+  * A NaN or +-Inf element passes through unchanged (NaN stays NaN, +-Inf
+    stays +-Inf), for every family and preset. `jaxlab.formats` stores NaN as
+    +0 and saturates Inf, because a code cannot hold them; fake quantization
+    runs inside a training forward pass, where a NaN turned into a silent zero
+    would hide a diverging run, so it stays visible in its own element (and
+    in the loss) instead. Its gradient is the identity.
+  * No scale is ever NaN, Inf or zero: an all-zero (or all non-finite) group
+    gives exact zeros; scales of the parametric families are floored at the
+    smallest normal float32 (2^-126), so a group whose finite amax is below
+    M * 2^-126 (~1e-37 for INT4) loses relative precision and values below
+    2^-127 round to 0 (XLA on CPU flushes denormals anyway).
 
 Example:
   >>> import jax.numpy as jnp
@@ -44,12 +70,62 @@ import numpy as np
 from jax import Array
 from jaxtyping import Float
 
+from jaxlab import formats
 from jaxlab.formats import E2M1, round_float
 
-FORMATS = ("int", "fp4")
+# The parametric QAT grid families (bits and group size are knobs). Named
+# formats are `jaxlab.formats` presets; there is no table of them here.
+GRID_FAMILIES = ("int", "fp4")
 ABSMAX_M = ("paper", "qmax")
 # Bits at or above this mean "keep full precision" (e.g. W16A4).
 FULL_PRECISION_BITS = 16
+# The smallest normal float32: the floor of every parametric scale (see module doc).
+_MIN_SCALE = 2.0 ** -126
+# `fake_quant(group_size=...)` not given (a preset fixes its own block size).
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+
+
+def is_grid_family(fmt: Any) -> bool:
+  """Whether `fmt` names a parametric QAT grid family ("int", "fp4")."""
+  return isinstance(fmt, str) and fmt in GRID_FAMILIES
+
+
+def resolve_format(fmt: Any, name: str = "fmt") -> "str | formats.Format":
+  """`fmt` checked: a grid family name, or the `jaxlab.formats.Format` it names.
+
+  Args:
+    fmt: "int" / "fp4" (parametric grid families), a `jaxlab.formats` preset or
+      element-family name ("nvfp4", "int4_g32", "fp8_e4m3_row", ...), or a
+      `formats.Format`.
+    name: the argument name used in error messages.
+
+  Returns:
+    The family name unchanged, or a `formats.Format`.
+
+  Raises:
+    ValueError: `fmt` is neither (the message lists families and presets).
+
+  Example:
+    >>> resolve_format("nvfp4").block_size, resolve_format("int")
+    (16, 'int')
+  """
+  if is_grid_family(fmt) or isinstance(fmt, formats.Format):
+    return fmt
+  if isinstance(fmt, str) and (fmt in formats.PRESETS or fmt in formats.FORMATS):
+    return formats.get_format(fmt)
+  raise ValueError(f"{name} must be a grid family {GRID_FAMILIES}, a jaxlab.formats preset "
+                   f"{sorted(formats.PRESETS)} or a formats.Format, got {fmt!r}")
+
+
+def check_bits(bits: Any, name: str = "bits") -> None:
+  """Raises ValueError unless `bits` is an int (not a bool) or an integer array."""
+  if isinstance(bits, (bool, np.bool_)):
+    raise ValueError(f"{name} must be an int, got the bool {bits!r}")
+  if isinstance(bits, (int, np.integer)):
+    return
+  if isinstance(bits, (jax.Array, np.ndarray)) and jnp.issubdtype(bits.dtype, jnp.integer):
+    return
+  raise ValueError(f"{name} must be an int (or an integer array when traced), got {bits!r}")
 
 
 def grid_bounds(bits: int, fmt: str = "int", absmax_m: str = "paper") -> tuple[float, float, float]:
@@ -61,10 +137,12 @@ def grid_bounds(bits: int, fmt: str = "int", absmax_m: str = "paper") -> tuple[f
     >>> grid_bounds(4, absmax_m="qmax")
     (-8.0, 7.0, 7.0)
   """
-  if fmt not in FORMATS:
-    raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+  if not is_grid_family(fmt):
+    raise ValueError(f"fmt must be a grid family {GRID_FAMILIES} (named formats have no "
+                     f"parametric grid; see jaxlab.formats), got {fmt!r}")
   if absmax_m not in ABSMAX_M:
     raise ValueError(f"absmax_m must be one of {ABSMAX_M}, got {absmax_m!r}")
+  check_bits(bits)
   if fmt == "fp4":
     if bits != 4:
       raise ValueError(f"fmt='fp4' needs bits=4, got {bits}")
@@ -76,18 +154,19 @@ def grid_bounds(bits: int, fmt: str = "int", absmax_m: str = "paper") -> tuple[f
   return -half, half - 1.0, half if absmax_m == "paper" else half - 1.0
 
 
-def resolve_group_size(k: int, group_size: int | None) -> int:
+def resolve_group_size(k: int, group_size: int | None, name: str = "group_size") -> int:
   """The group size along an axis of length `k` (None = per-channel/per-token = k).
 
   Raises:
-    ValueError: if `group_size` is not a positive divisor of `k`.
+    ValueError: if `group_size` is not a positive divisor of `k` (bools are refused).
   """
   if group_size is None:
     return k
-  if not isinstance(group_size, (int, np.integer)) or group_size < 1:
-    raise ValueError(f"group_size must be a positive int or None (per-channel), got {group_size!r}")
+  if (isinstance(group_size, (bool, np.bool_)) or not isinstance(group_size, (int, np.integer))
+      or group_size < 1):
+    raise ValueError(f"{name} must be a positive int or None (per-channel), got {group_size!r}")
   if k % group_size:
-    raise ValueError(f"group_size={group_size} does not divide the reduction (K) dimension {k}; "
+    raise ValueError(f"{name}={group_size} does not divide the reduction (K) dimension {k}; "
                      "use a divisor of K or None for per-channel/per-token groups")
   return int(group_size)
 
@@ -126,30 +205,94 @@ def _bounds(bits: Any, fmt: str, absmax_m: str):
   return -half, half - 1.0, half if absmax_m == "paper" else half - 1.0
 
 
-def fake_quant(x: Float[Array, "*b k"], *, bits: Any, group_size: int | None,
-               fmt: str = "int", absmax_m: str = "paper",
+def _finite_abs(xf: Array) -> Array:
+  """|x| with non-finite elements as 0 (so they never set a group's scale)."""
+  return jnp.where(jnp.isfinite(xf), jnp.abs(xf), 0.0)
+
+
+def _scale(clip: Array, m: Array) -> Array:
+  # Zero clip (all-zero / all non-finite group): any positive scale gives exact
+  # zeros. The floor keeps the scale a normal float32 (never 0, never divided by).
+  return jnp.maximum(jnp.where(clip > 0, clip, 1.0) / m, _MIN_SCALE)
+
+
+def _keep_non_finite(x: Array, out: Array) -> Array:
+  """The non-finite rule: NaN / +-Inf elements of `x` pass through unchanged."""
+  return jnp.where(jnp.isfinite(x), out, x)
+
+
+def _fake_quant_format(x: Array, fmt: "formats.Format", bits: Any) -> Array:
+  if bits is not None:
+    check_bits(bits)
+    if not isinstance(bits, (int, np.integer)):
+      raise ValueError(f"traced bits need a grid family fmt {GRID_FAMILIES}, got {fmt!r}")
+    if bits >= FULL_PRECISION_BITS:
+      return x
+    if bits != fmt.element_bits:
+      raise ValueError(f"bits={bits} contradicts fmt {formats.format_name(fmt) or fmt} "
+                       f"({fmt.element_bits}-bit elements); pass bits=None, "
+                       f"{fmt.element_bits} or >= {FULL_PRECISION_BITS} (full precision)")
+  out = formats.fake_quant(x, fmt, axis=-1)
+  return _keep_non_finite(x, out)
+
+
+def fake_quant(x: Float[Array, "*b k"], *, bits: Any = None, group_size: Any = _UNSET,
+               fmt: Any = "int", absmax_m: str = "paper",
                clip_logit: Float[Array, "g"] | None = None) -> Float[Array, "*b k"]:
   """Quantize-dequantize `x` group-wise along its last axis, straight-through gradient.
 
   Args:
     x: float array [..., K]; groups are `group_size` contiguous elements of K.
-    bits: element bits, an int (>= 16 returns `x` unchanged) or a traced int
-      scalar (fmt "int" only; values >= 16 select `x` unchanged, others must
-      lie in [2, 8]), so one compiled program serves several precisions.
-    group_size: G dividing K, or None for one group per row (per-channel for
-      weights, per-token for activations).
-    fmt: "int" (symmetric INT-b) or "fp4" (E2M1).
-    absmax_m: "paper" (M = 2^(b-1)) or "qmax" (M = 2^(b-1)-1); see module doc.
-    clip_logit: optional LAC logits [K // G]: clip = sigmoid(logit) * max|x|.
+    bits: element bits. Grid families: required, an int (>= 16 returns `x`
+      unchanged) or a traced int scalar (fmt "int" only; values >= 16 select
+      `x` unchanged, others must lie in [2, 8]), so one compiled program
+      serves several precisions. Named formats: None (the format's own bits),
+      the format's element bits, or >= 16 (returns `x`).
+    group_size: grid families: required, G dividing K, or None for one group
+      per row (per-channel for weights, per-token for activations). Named
+      formats: not allowed (the format fixes its block size; build a variant
+      with `jaxlab.formats.get_format(name, block_size=...)`).
+    fmt: a grid family "int" (symmetric INT-b) or "fp4" (E2M1, float32 scale),
+      or a `jaxlab.formats` preset / family name / `Format` ("nvfp4",
+      "int4_g32", ...).
+    absmax_m: grid families only: "paper" (M = 2^(b-1)) or "qmax"
+      (M = 2^(b-1)-1); see module doc.
+    clip_logit: grid families only: optional LAC logits [K // G],
+      clip = sigmoid(logit) * max|x|.
 
   Returns:
-    Array of `x`'s shape and dtype.
+    Array of `x`'s shape and dtype. NaN / +-Inf elements are returned
+    unchanged and do not affect the others (module doc).
 
   Raises:
-    ValueError: bad bits/format, `group_size` not dividing K, bad logit shape.
+    ValueError: bad bits (bools refused)/format, `group_size` not dividing K
+      or a bool, options a named format does not take, bad logit shape.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[0.1, -0.8, jnp.nan, 0.3]])
+    >>> fake_quant(x, bits=4, group_size=4)[0, 2].item()  # NaN stays in its own element
+    nan
+    >>> fake_quant(jnp.linspace(-1.0, 1.0, 32), fmt="nvfp4").shape  # a jaxlab.formats preset
+    (32,)
   """
   if x.ndim < 1:
     raise ValueError(f"x must have at least one axis (K last), got shape {x.shape}")
+  fmt = resolve_format(fmt)
+  if not is_grid_family(fmt):
+    if group_size is not _UNSET:
+      raise ValueError(f"group_size is fixed by the named format {formats.format_name(fmt) or fmt}"
+                       " (block_size); pass a formats.Format with another block_size instead")
+    if clip_logit is not None or absmax_m != "paper":
+      raise ValueError("clip_logit and absmax_m apply to the grid families "
+                       f"{GRID_FAMILIES} only, not to a named format")
+    return _fake_quant_format(x, fmt, bits)
+  if bits is None:
+    raise ValueError(f"bits is required for the grid family fmt={fmt!r}")
+  if group_size is _UNSET:
+    raise ValueError(f"group_size is required for the grid family fmt={fmt!r} "
+                     "(None = one group per row)")
+  check_bits(bits)
   static = isinstance(bits, (int, np.integer))
   if static and bits >= FULL_PRECISION_BITS:
     return x
@@ -157,7 +300,7 @@ def fake_quant(x: Float[Array, "*b k"], *, bits: Any, group_size: int | None,
   k = x.shape[-1]
   g = resolve_group_size(k, group_size)
   xg = x.astype(jnp.float32).reshape(*x.shape[:-1], k // g, g)
-  amax = jax.lax.stop_gradient(jnp.max(jnp.abs(xg), axis=-1, keepdims=True))
+  amax = jax.lax.stop_gradient(jnp.max(_finite_abs(xg), axis=-1, keepdims=True))
   if clip_logit is not None:
     if clip_logit.shape != (k // g,):
       raise ValueError(f"clip_logit must have shape ({k // g},) (one per group), "
@@ -165,10 +308,12 @@ def fake_quant(x: Float[Array, "*b k"], *, bits: Any, group_size: int | None,
     clip = jax.nn.sigmoid(clip_logit.astype(jnp.float32))[:, None] * amax
   else:
     clip = amax
-  # All-zero groups: any positive scale gives exact zeros.
-  scale = jnp.where(clip > 0, clip, 1.0) / m
-  q = _round_ste(xg / scale, qmin, qmax, m, fmt)
+  scale = _scale(clip, m)
+  # Non-finite elements enter the rounding as 0: no NaN reaches the clip's gradient.
+  xs = jnp.where(jnp.isfinite(xg), xg, 0.0)
+  q = _round_ste(xs / scale, qmin, qmax, m, fmt)
   out = (q * scale).reshape(x.shape).astype(x.dtype)
+  out = _keep_non_finite(x, out)
   if not static:
     out = jnp.where(jnp.asarray(bits) >= FULL_PRECISION_BITS, x, out)
   return out
@@ -182,24 +327,26 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   `group_size` must equal one of the static `group_sizes` (divisors of K; K
   itself = per-channel/per-token). Each candidate's per-element AbsMax is
   computed (cheap reductions) and the traced G selects one, so a single
-  compiled program serves every G and precision of a grid; the rounding and
-  straight-through gradient are those of `fake_quant`. Values equal `fake_quant`
-  with the same static arguments.
+  compiled program serves every G and precision of a grid; the rounding,
+  straight-through gradient and non-finite rule are those of `fake_quant`.
+  Values equal `fake_quant` with the same static arguments.
   """
   if x.ndim < 1:
     raise ValueError(f"x must have at least one axis (K last), got shape {x.shape}")
+  check_bits(bits)
   k = x.shape[-1]
-  sizes = tuple(dict.fromkeys(resolve_group_size(k, g) for g in group_sizes))
+  sizes = tuple(dict.fromkeys(resolve_group_size(k, g, "group_sizes") for g in group_sizes))
   qmin, qmax, m = _bounds(bits, "int", absmax_m)
-  a = jax.lax.stop_gradient(jnp.abs(x.astype(jnp.float32)))
+  xf = x.astype(jnp.float32)
+  a = jax.lax.stop_gradient(_finite_abs(xf))
   lead = x.shape[:-1]
   amax = {g: jnp.broadcast_to(jnp.max(a.reshape(*lead, k // g, g), axis=-1, keepdims=True),
                               (*lead, k // g, g)).reshape(x.shape) for g in sizes}
   group_size = jnp.asarray(group_size)
   clip = jnp.select([group_size == g for g in sizes], [amax[g] for g in sizes], amax[sizes[-1]])
-  scale = jnp.where(clip > 0, clip, 1.0) / m
-  xf = x.astype(jnp.float32)
-  out = (_round_ste(xf / scale, qmin, qmax, m, "int") * scale).astype(x.dtype)
+  scale = _scale(clip, m)
+  xs = jnp.where(jnp.isfinite(xf), xf, 0.0)
+  out = _keep_non_finite(x, (_round_ste(xs / scale, qmin, qmax, m, "int") * scale).astype(x.dtype))
   return jnp.where(jnp.asarray(bits) >= FULL_PRECISION_BITS, x, out)
 
 

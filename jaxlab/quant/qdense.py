@@ -39,52 +39,92 @@ import jax.numpy as jnp
 from jax import Array
 from jaxtyping import Float
 
+from jaxlab import formats
 from jaxlab.nn import default_dense
 from jaxlab.quant.fake_quant import (
   ABSMAX_M,
-  FORMATS,
   FULL_PRECISION_BITS,
+  check_bits,
   fake_quant,
   fake_quant_dynamic,
   grid_bounds,
+  is_grid_family,
   kurtosis,
   lac_init_logit,
+  resolve_format,
   resolve_group_size,
 )
 
 ACT_QUANTIZERS = ("absmax", "lac")
 _OVERRIDABLE = ("w_bits", "a_bits", "group_size", "w_group_size", "a_group_size", "fmt",
-                "act_quantizer", "absmax_m", "lac_init")
+                "w_fmt", "a_fmt", "act_quantizer", "absmax_m", "lac_init")
 
 
 @dataclasses.dataclass(frozen=True)
 class QuantSpec:
-  """The quantization of one Dense (a policy resolved at a module path)."""
+  """The quantization of one Dense (a policy resolved at a module path).
+
+  Formats: `fmt` (both operands; `w_fmt` / `a_fmt` = "same" or per operand)
+  is a parametric grid family ("int" with `*_bits` in 2..8, "fp4" with 4),
+  whose group size is `group_size` / `w_group_size` / `a_group_size`; or a
+  `jaxlab.formats` preset name ("nvfp4", "mxfp4", "int4_g32", "fp8_e4m3_row",
+  ...), which fixes element bits and block size: then that operand's bits must
+  be the format's element bits (or >= 16 = full precision) and its group size
+  is not used. Example: `QuantSpec(w_fmt="nvfp4", a_fmt="int4_g32")`.
+  """
   w_bits: int = 4
   a_bits: int = 4
   group_size: int | None = 128
   w_group_size: int | None | str = "same"
   a_group_size: int | None | str = "same"
-  fmt: str = "int"
+  fmt: Any = "int"
+  w_fmt: Any = "same"
+  a_fmt: Any = "same"
   act_quantizer: str = "absmax"
   absmax_m: str = "paper"
   lac_init: float = 0.98
 
   def __post_init__(self):
-    for name in ("w_bits", "a_bits"):
-      bits = getattr(self, name)
-      if bits < FULL_PRECISION_BITS:
-        grid_bounds(bits, self.fmt, self.absmax_m)  # validates bits/fmt/absmax_m
-    if self.fmt not in FORMATS:
-      raise ValueError(f"fmt must be one of {FORMATS}, got {self.fmt!r}")
+    resolve_format(self.fmt, "fmt")
+    for name in ("w_fmt", "a_fmt"):
+      if getattr(self, name) != "same":
+        resolve_format(getattr(self, name), name)
     if self.absmax_m not in ABSMAX_M:
       raise ValueError(f"absmax_m must be one of {ABSMAX_M}, got {self.absmax_m!r}")
+    for name, fmt in (("w_bits", self.weight_fmt), ("a_bits", self.act_fmt)):
+      bits = getattr(self, name)
+      check_bits(bits, name)
+      if bits >= FULL_PRECISION_BITS:
+        continue
+      if is_grid_family(fmt):
+        try:
+          grid_bounds(bits, fmt, self.absmax_m)
+        except ValueError as e:
+          raise ValueError(f"{name}: {e}") from None
+      elif bits != (f := resolve_format(fmt)).element_bits:
+        raise ValueError(f"{name}={bits} contradicts format {fmt!r} ({f.element_bits}-bit "
+                         f"elements); use {name}={f.element_bits} or >= {FULL_PRECISION_BITS}")
     if self.act_quantizer not in ACT_QUANTIZERS:
       raise ValueError(f"act_quantizer must be one of {ACT_QUANTIZERS}, got {self.act_quantizer!r}")
+    if self.act_quantizer == "lac" and not is_grid_family(self.act_fmt):
+      raise ValueError("act_quantizer='lac' needs a grid family activation format ('int', 'fp4'), "
+                       f"got {self.act_fmt!r}")
     for name in ("group_size", "w_group_size", "a_group_size"):
       g = getattr(self, name)
-      if not (g is None or g == "same" and name != "group_size" or isinstance(g, int) and g > 0):
+      ok = (g is None or (isinstance(g, str) and g == "same" and name != "group_size")
+            or isinstance(g, int) and not isinstance(g, bool) and g > 0)
+      if not ok:
         raise ValueError(f"{name} must be a positive int or None (per-channel), got {g!r}")
+    if isinstance(self.lac_init, bool) or not isinstance(self.lac_init, (int, float)):
+      raise ValueError(f"lac_init must be a float in (0, 1), got {self.lac_init!r}")
+
+  @property
+  def weight_fmt(self) -> Any:
+    return self.fmt if isinstance(self.w_fmt, str) and self.w_fmt == "same" else self.w_fmt
+
+  @property
+  def act_fmt(self) -> Any:
+    return self.fmt if isinstance(self.a_fmt, str) and self.a_fmt == "same" else self.a_fmt
 
   @property
   def weight_group(self) -> int | None:
@@ -101,11 +141,15 @@ class QuantPolicy(QuantSpec):
 
   Attributes (besides `QuantSpec`'s: w_bits / a_bits (>= 16 = full
   precision), group_size (G along K; None = per-channel weights / per-token
-  activations), w_group_size / a_group_size ("same" = group_size), fmt ("int"
-  or "fp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init):
+  activations), w_group_size / a_group_size ("same" = group_size), fmt / w_fmt
+  / a_fmt (grid family "int" or "fp4", or a `jaxlab.formats` preset such as
+  "nvfp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init):
     overrides: {regex: {field: value}}; a module whose "/"-joined path matches
       a regex (`re.search`) gets those fields; later entries win. Example:
-      {"mlp/down": {"a_bits": 8}} keeps every FC2 input at 8 bits.
+      {"mlp/down": {"a_bits": 8}} keeps every FC2 input at 8 bits. A pattern
+      that matches no Dense of the model is a ValueError (raised by the first
+      `apply` of a model built with `QDense`, by `runtime_knobs`, or by
+      `check_overrides(policy, params)`), so a typo is never silently ignored.
     quantize_lm_head: also quantize `lm_head` (default False: full precision).
     runtime_group_sizes: None (bits and G fixed at trace time), or a tuple of
       group sizes (None = per-channel) that the bits and G of every QDense may
@@ -128,15 +172,27 @@ class QuantPolicy(QuantSpec):
       if bad:
         raise ValueError(
             f"overrides[{pattern!r}] has unknown fields {bad}; allowed: {_OVERRIDABLE}")
-      re.compile(pattern)
+      if not isinstance(pattern, str):
+        raise ValueError(f"overrides keys must be regex strings, got {pattern!r}")
+      try:
+        re.compile(pattern)
+      except re.error as e:
+        raise ValueError(f"overrides[{pattern!r}] is not a valid regex: {e}") from None
       frozen.append((pattern, tuple(sorted(fields.items()))))
     # Hashable (a linen module field must be).
     object.__setattr__(self, "overrides", tuple(frozen))
+    for pattern, over in frozen:  # bad override values fail here, not at trace time
+      try:
+        QuantSpec(**{**{f: getattr(self, f) for f in _OVERRIDABLE}, **dict(over)})
+      except ValueError as e:
+        raise ValueError(f"overrides[{pattern!r}]: {e}") from None
     if self.runtime_group_sizes is not None:
       object.__setattr__(self, "runtime_group_sizes", tuple(self.runtime_group_sizes))
-      if self.fmt != "int" or self.act_quantizer != "absmax":
+      if (self.weight_fmt != "int" or self.act_fmt != "int"
+          or self.act_quantizer != "absmax"):
         raise ValueError("runtime_group_sizes needs fmt='int' and act_quantizer='absmax', got "
-                         f"{self.fmt!r}, {self.act_quantizer!r}")
+                         f"fmt={self.fmt!r} (w_fmt={self.w_fmt!r}, a_fmt={self.a_fmt!r}), "
+                         f"act_quantizer={self.act_quantizer!r}")
 
   def resolve(self, path: str) -> QuantSpec:
     """The spec of the module at `path` (e.g. "block_0/mlp/down")."""
@@ -148,14 +204,71 @@ class QuantPolicy(QuantSpec):
 
   @property
   def name(self) -> str:
-    """Short label, e.g. "W4A4 G128" or "FP32"."""
+    """Short label, e.g. "W4A4 G128", "W[nvfp4]A[int4_g32]" or "FP32"."""
     fp = FULL_PRECISION_BITS
     if self.w_bits >= fp and self.a_bits >= fp:
       return "FP32"
-    w = "16" if self.w_bits >= fp else str(self.w_bits)
-    a = "16" if self.a_bits >= fp else str(self.a_bits)
-    g = "ch" if self.group_size is None else str(self.group_size)
-    return f"W{w}A{a} G{g}" + (" +overrides" if self.overrides else "")
+    def part(bits, fmt):
+      if bits >= fp:
+        return "16"
+      if is_grid_family(fmt):
+        return str(bits)
+      return f"[{formats.format_name(resolve_format(fmt)) or fmt}]"
+    w, a = part(self.w_bits, self.weight_fmt), part(self.a_bits, self.act_fmt)
+    grid = any(b < fp and is_grid_family(f) for b, f in ((self.w_bits, self.weight_fmt),
+                                                         (self.a_bits, self.act_fmt)))
+    g = ("" if not grid else " Gch" if self.group_size is None else f" G{self.group_size}")
+    return f"W{w}A{a}{g}" + (" +overrides" if self.overrides else "")
+
+
+def _dense_paths(tree: Mapping, prefix: tuple[str, ...] = ()) -> list[str]:
+  """"/"-joined paths of the modules in a params tree that hold a "kernel"."""
+  out = []
+  for key, v in tree.items():
+    if isinstance(v, Mapping):
+      path = prefix + (str(key),)
+      if "kernel" in v:
+        out.append("/".join(path))
+      out += _dense_paths(v, path)
+  return out
+
+
+def check_overrides(policy: QuantPolicy, params: Mapping | list) -> None:
+  """Raises ValueError naming every override pattern that matches no Dense of a model.
+
+  Args:
+    policy: a `QuantPolicy`.
+    params: the model's params tree (or variables with a "params" entry), or
+      a list of module paths ("block_0/mlp/down", ...).
+
+  Raises:
+    ValueError: some `policy.overrides` pattern matches none of the paths.
+
+  Example:
+    >>> policy = QuantPolicy(overrides={"mlp/donw": {"a_bits": 8}})
+    >>> check_overrides(policy, ["block_0/mlp/down"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: QuantPolicy overrides ['mlp/donw'] match no Dense module of this model ...
+  """
+  if isinstance(params, Mapping):
+    tree = params.get("params", params)
+    paths = _dense_paths(tree) if isinstance(tree, Mapping) else []
+  else:
+    paths = list(params)
+  unknown = [p for p, _ in policy.overrides if not any(re.search(p, path) for path in paths)]
+  if unknown:
+    shown = ", ".join(paths[:12]) + (", ..." if len(paths) > 12 else "")
+    raise ValueError(f"QuantPolicy overrides {unknown} match no Dense module of this model "
+                     f"(a typo?); its module paths: [{shown}]")
+
+
+def _has_path(tree: Mapping, path: tuple[str, ...]) -> bool:
+  for key in path:
+    if not isinstance(tree, Mapping) or key not in tree:
+      return False
+    tree = tree[key]
+  return True
 
 
 class QDense(nn.Module):
@@ -178,12 +291,23 @@ class QDense(nn.Module):
   def __call__(self, x: Float[Array, "*b k"]) -> Float[Array, "*b f"]:
     path = self.path_name if self.path_name is not None else "/".join(self.scope.path)
     spec = self.policy.resolve(path) if isinstance(self.policy, QuantPolicy) else self.policy
+    self._check_overrides()
     k = x.shape[-1]
     if getattr(self.policy, "runtime_group_sizes", None) is not None:
       return self._runtime(x, spec, self.policy.runtime_group_sizes)
-    # Validate group sizes before any parameter is created.
-    wg = resolve_group_size(k, spec.weight_group) if spec.w_bits < FULL_PRECISION_BITS else None
-    ag = resolve_group_size(k, spec.act_group) if spec.a_bits < FULL_PRECISION_BITS else None
+    # Validate group sizes (or a named format's block) before any parameter is created.
+    wfmt, afmt = resolve_format(spec.weight_fmt), resolve_format(spec.act_fmt)
+    wg = ag = None
+    if spec.w_bits < FULL_PRECISION_BITS:
+      if is_grid_family(wfmt):
+        wg = resolve_group_size(k, spec.weight_group, "w_group_size/group_size")
+      else:
+        formats.layout((self.features, k), -1, wfmt)
+    if spec.a_bits < FULL_PRECISION_BITS:
+      if is_grid_family(afmt):
+        ag = resolve_group_size(k, spec.act_group, "a_group_size/group_size")
+      else:
+        formats.layout(x.shape, -1, afmt)
     kernel = self.param("kernel", nn.initializers.lecun_normal(), (k, self.features),
                         self.param_dtype)
     self.sow("kurtosis", "input", kurtosis(x))
@@ -193,15 +317,36 @@ class QDense(nn.Module):
         init = lac_init_logit(spec.lac_init)
         logit = self.param("act_clip_logit", nn.initializers.constant(init), (k // ag,),
                            jnp.float32)
-      x = fake_quant(x, bits=spec.a_bits, group_size=ag, fmt=spec.fmt, absmax_m=spec.absmax_m,
-                     clip_logit=logit)
+      if is_grid_family(afmt):
+        x = fake_quant(x, bits=spec.a_bits, group_size=ag, fmt=afmt, absmax_m=spec.absmax_m,
+                       clip_logit=logit)
+      else:
+        x = fake_quant(x, bits=spec.a_bits, fmt=afmt)
     if spec.w_bits < FULL_PRECISION_BITS:
       # Groups along K per output channel: quantize W^T [F, K] along its last axis.
-      kernel = fake_quant(kernel.T, bits=spec.w_bits, group_size=wg, fmt=spec.fmt,
-                          absmax_m=spec.absmax_m).T
+      if is_grid_family(wfmt):
+        kernel = fake_quant(kernel.T, bits=spec.w_bits, group_size=wg, fmt=wfmt,
+                            absmax_m=spec.absmax_m).T
+      else:
+        kernel = fake_quant(kernel.T, bits=spec.w_bits, fmt=wfmt).T
     x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
     return jnp.einsum("...k,kf->...f", x, kernel)
 
+  def _check_overrides(self) -> None:
+    """At apply time, a policy override that matches no Dense of the model is an error.
+
+    The root's params hold every module path then (at init they are still
+    being created). Inside a lifted transform (`nn.scan`) the root seen here is
+    the transform's own, which lacks this module's path: the check is skipped
+    there (`check_overrides` does it explicitly), as for a lone QDense given a
+    `path_name` or used as the root module.
+    """
+    if (not isinstance(self.policy, QuantPolicy) or not self.policy.overrides
+        or self.path_name is not None or not self.scope.path or self.is_initializing()):
+      return
+    root = self.scope.root.variables().get("params")
+    if isinstance(root, Mapping) and _has_path(root, tuple(self.scope.path)):
+      check_overrides(self.policy, root)
 
   def _runtime(self, x, spec, group_sizes):
     k = x.shape[-1]
@@ -236,7 +381,21 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "") -> dict:
 
   Returns:
     A tree like `qat` with int32 scalars.
+
+  Raises:
+    ValueError: a `policy.overrides` pattern matches no module of `qat`.
   """
+  knob_paths = []
+
+  def paths(node, path):
+    if "w_bits" in node:
+      knob_paths.append("/".join(path))
+    else:
+      for key, v in node.items():
+        paths(v, path + (key,))
+  paths(qat, (prefix,) if prefix else ())
+  check_overrides(policy, knob_paths)
+
   def walk(node, path):
     if "w_bits" in node:  # a QDense's knobs (the root itself for a lone QDense)
       spec = policy.resolve("/".join(path))
