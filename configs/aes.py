@@ -4,14 +4,24 @@ Command:
   python -m launch.main --config=configs/aes.py:quick --workdir=runs/aes
 
 Presets:
-  smoke  Pendulum SAC, abrupt drift, 3 arms x 3 seeds, a few hundred steps
+  smoke  Pendulum SAC, abrupt drift, 4 arms x 2 seeds, a few hundred steps
          (pipeline check only; ~20 s on 2 cores, mostly compilation).
   quick  Pendulum SAC, abrupt drift (actuator polarity flipped at T/3 and
-         back at 2T/3), fixed alpha / auto-alpha / AES, 3 seeds vmapped,
-         12k vector steps each (~3 min on 2 unloaded cores).
+         back at 2T/3), fixed alpha / auto-alpha / AES under both square-root
+         rules, 3 paired seeds vmapped, 12k vector steps each.
   full   adds AES-as-target-entropy, all four drift modes, CartPole PPO
          (fixed entropy coefficient vs AES; abrupt: force sign flip) and the
          2-D multi-goal env (goal ring rotated by 45 degrees); 5 seeds (~1 h).
+
+AES rules (`aes_rule` selects the judged arm; both are run and reported):
+"offset" = arm "aes", lambda_0 sqrt(1 + kappa d_t); "sqrt" = arm "aes_sqrt",
+lambda_0 sqrt(d_t / d_ref) clipped (see jaxlab.rl.aes_scheduler).
+
+Criteria (declared below, judged by jaxlab.report on paired seeds): each
+compares the judged AES arm with one baseline (fixed and auto temperature),
+per seed pooled over every task and drift mode run in which both arms ran
+(recovery: geometric mean over runs; degradation / nAUC: arithmetic mean).
+Recovery and degradation exist only where the drift has abrupt change points.
 
 Drift (jaxlab interpretation): each task has `abrupt_deltas` (used by the
 abrupt mode) and `deltas` (ramp / periodic / random walk). Pendulum's abrupt
@@ -19,9 +29,8 @@ drift sets m = 1 -> -1: m enters gymnax's Pendulum dynamics only through the
 control gain 3 / (m l^2), so this is an actuator polarity flip; the smooth
 modes raise g by 5 and m by 0.5 (the flip would pass through m = 0).
 
-Expected result: recovery time (% of training) and degradation per arm with
-mean +- std over seeds; the report states whether AES recovers faster than
-both baselines (the paper: about 2x faster) from the measured numbers.
+Expected result (paper): AES recovers about 2x faster than fixed / auto
+temperature after abrupt changes and loses less performance to drift.
 """
 
 import ml_collections
@@ -56,8 +65,35 @@ def get_config(arg=None):
   config = ml_collections.ConfigDict()
   config.experiment = "aes"
   config.preset = preset
-  config.seed = 0
-  config.num_seeds = 3
+  # Paired seeds: every arm of a run trains on the same seeds.
+  config.seeds = (0, 1, 2)
+  # Which square-root rule the primary criteria judge ("offset" or "sqrt");
+  # the other rule's arm is reported with secondary criteria.
+  config.aes_rule = "offset"
+  config.criteria = ml_collections.ConfigDict()
+  rec_claim = ('"recovers faster after abrupt changes" (target from the spec: '
+               '"~2x faster" than {b})')
+  deg_claim = ('"AES lowers the fraction of performance lost to drift" '
+               '(vs {b})')
+  for b, name in (("fixed", "fixed alpha / ent. coef."), ("auto", "auto-alpha")):
+    for prefix, primary, who in (("", True, "judged AES rule"),
+                                 ("alt_", False, "the other AES rule")):
+      config.criteria[f"{prefix}recovery_vs_{b}"] = dict(
+          claim=rec_claim.format(b=name) + ("" if primary else f"; {who}"),
+          metric="recovery time after each abrupt change, % of training",
+          direction="lower", threshold=2.0, kind="ratio", primary=primary,
+          unit="% of T")
+      config.criteria[f"{prefix}degradation_vs_{b}"] = dict(
+          claim=deg_claim.format(b=name) + ("" if primary else f"; {who}"),
+          metric="degradation after each abrupt change (fraction of pre-drift "
+                 "normalised return lost)",
+          direction="lower", threshold=0.0, primary=primary, unit="")
+    # Smooth drift modes have no change point: nAUC under drift is the only
+    # measure there (a diagnostic, not the paper's headline metric).
+    config.criteria[f"nauc_drift_vs_{b}"] = dict(
+        claim=deg_claim.format(b=name) + "; normalised return while drifting",
+        metric="nAUC(drift): mean normalised return within 10% of T after a "
+               "level change", direction="higher", threshold=0.0, primary=False)
   # Comma-separated; tasks are the sub-configs below.
   config.tasks = "pendulum"
   config.drift_modes = "abrupt"
@@ -75,21 +111,19 @@ def get_config(arg=None):
   config.metrics = ml_collections.ConfigDict(dict(
       pre_window=0.05, smooth=3, threshold=0.9, settle=1 / 6,
       drift_window=0.1))
-  # AES counts as faster when baseline / AES recovery time >= this ratio.
-  config.faster_ratio = 1.5
 
   config.pendulum = ml_collections.ConfigDict(dict(
-      env="pendulum", algo="sac", arms="fixed,auto,aes",
+      env="pendulum", algo="sac", arms="fixed,auto,aes,aes_sqrt",
       abrupt_deltas=ml_collections.ConfigDict(dict(m=-2.0)),
       deltas=ml_collections.ConfigDict(dict(g=5.0, m=0.5)),
       return_low=-1600.0, return_high=-100.0, sac=_sac()))
   config.cartpole = ml_collections.ConfigDict(dict(
-      env="cartpole", algo="ppo", arms="fixed,aes",
+      env="cartpole", algo="ppo", arms="fixed,aes,aes_sqrt",
       abrupt_deltas=ml_collections.ConfigDict(dict(force_mag=-20.0)),
       deltas=ml_collections.ConfigDict(dict(length=0.5, force_mag=-5.0)),
       return_low=0.0, return_high=500.0, ppo=_ppo()))
   config.multigoal = ml_collections.ConfigDict(dict(
-      env="multigoal", algo="sac", arms="fixed,auto,aes",
+      env="multigoal", algo="sac", arms="fixed,auto,aes,aes_sqrt",
       abrupt_deltas=ml_collections.ConfigDict(dict(
           goal_angle=0.7853981633974483)),
       deltas=ml_collections.ConfigDict(dict(goal_angle=0.7853981633974483)),
@@ -102,10 +136,11 @@ def get_config(arg=None):
     config.pendulum.sac.learning_starts = 50
     config.pendulum.sac.buffer_size = 2_400
     config.pendulum.sac.eval_envs = 2
+    config.seeds = (0, 1)
   elif preset == "full":
-    config.num_seeds = 5
+    config.seeds = (0, 1, 2, 3, 4)
     config.tasks = "pendulum,cartpole,multigoal"
     config.drift_modes = "abrupt,ramp,periodic,random_walk"
-    config.pendulum.arms = "fixed,auto,aes,aes_target"
-    config.multigoal.arms = "fixed,auto,aes,aes_target"
+    config.pendulum.arms = "fixed,auto,aes,aes_sqrt,aes_target"
+    config.multigoal.arms = "fixed,auto,aes,aes_sqrt,aes_target"
   return config

@@ -1,12 +1,13 @@
 """AES reproduction: does adaptive entropy scheduling recover faster after drift?
 
 For each task (env + algorithm) and drift mode, every arm (temperature /
-entropy-coefficient mode) is trained on the same drifting environment for
-`num_seeds` seeds; all arms and seeds run in one jitted, vmapped program.
+entropy-coefficient mode) is trained on the same drifting environment for the
+paired `config.seeds`; all arms and seeds run in one jitted, vmapped program.
 Each run's evaluation curve is normalised and scored with
 `jaxlab.rl.metrics.drift_metrics` (degradation, recovery time in % of
-training, nAUC steady / drift). The verdict compares AES's mean recovery time
-with each baseline's on the first task's first drift mode.
+training, nAUC steady / drift). The config's criteria are judged once by
+`jaxlab.report.judge_all`, each on per-seed values pooled over every task and
+drift mode run in which both compared arms ran (`pool`).
 """
 
 import dataclasses
@@ -22,6 +23,14 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab.rl import drift as drift_lib
 from jaxlab.rl import envs, metrics, ppo, sac
+
+# The AES arm of each rule (`config.aes_rule` picks the judged one).
+RULE_ARMS = {"offset": "aes", "sqrt": "aes_sqrt"}
+BASELINES = ("fixed", "auto")
+# Criterion metric -> (drift_metrics key, pooled as a geometric mean, needs change points).
+_METRICS = {"recovery": ("recovery_pct", True, True),
+            "degradation": ("degradation", False, True),
+            "nauc_drift": ("nauc_drift", False, False)}
 
 PAPER_CLAIM = ("AES lowers the fraction of performance lost to drift and "
                "recovers faster after abrupt changes (about 2x faster than "
@@ -57,7 +66,8 @@ def _run_task(task, mode: str, config) -> dict:
       key=jax.random.key(d.drift_seed))
   arms = _split(task.arms)
   modes = jnp.stack([mode_index(a) for a in arms])
-  keys = jax.random.split(jax.random.key(config.seed), config.num_seeds)
+  seeds = [int(x) for x in config.seeds]
+  keys = jnp.stack([jax.random.key(x) for x in seeds])
   train = jax.jit(jax.vmap(jax.vmap(make(env, cfg, drift), in_axes=(0, None)),
                            in_axes=(None, 0)))
   t0 = time.time()
@@ -71,7 +81,7 @@ def _run_task(task, mode: str, config) -> dict:
   for i, arm in enumerate(arms):
     runs = [metrics.drift_metrics(steps, curves[i, s], levels,
                                   **config.metrics.to_dict())
-            for s in range(config.num_seeds)]
+            for s in range(len(seeds))]
     summary = {}
     for key in ("degradation", "recovery_pct", "nauc_steady", "nauc_drift"):
       vals = np.array([r[key] for r in runs], np.float64)
@@ -100,6 +110,7 @@ def _run_task(task, mode: str, config) -> dict:
       per_arm=per_arm,
       curves={a: np.asarray(m["eval_return"][i]).tolist()
               for i, a in enumerate(arms)},
+      seeds=seeds,
       lam={a: np.asarray(m[lam_key][i]).tolist() for i, a in enumerate(arms)},
       proxy={a: np.asarray(m["proxy"][i]).tolist() for i, a in enumerate(arms)},
       drift_level=np.asarray(m["drift_level"][0, 0]).tolist())
@@ -141,33 +152,48 @@ def _plots(workdir: str, name: str, r: dict) -> list[str]:
           jaxlab.report.save_plot(workdir, f"{name}_lambda.png", draw_lam)]
 
 
-def _verdict(r: dict, faster_ratio: float, num_seeds: int
-             ) -> tuple[str, dict]:
-  """held: AES recovers >= `faster_ratio` x faster than every baseline.
+def pool(runs: dict, arm: str, metric: str) -> np.ndarray | None:
+  """Per-seed values of `arm` for a criterion metric, pooled over `runs`.
 
-  partly held: that ratio against at least one baseline, or faster than every
-  baseline by more than two standard errors of the difference of means.
-  did not hold: otherwise (including differences within noise).
+  Args:
+    runs: run name -> `_run_task` result (same seeds in every run).
+    arm: the arm's name.
+    metric: a key of `_METRICS`.
+
+  Returns:
+    [seeds] values: the mean over the runs that have `arm` (and, for recovery
+    and degradation, abrupt change points) of its per-seed value, geometric for
+    recovery times; NaN for a seed that is NaN in any such run (a failed seed
+    stays missing). None when no run qualifies.
   """
-  arms = r["per_arm"]
-  ours = arms["aes"]["recovery_pct"]
-  ratios = {b: arms[b]["recovery_pct"]["mean"] / max(ours["mean"], 1e-9)
-            for b in arms if b not in ("aes", "aes_target")}
-  if not ratios or not np.isfinite(ours["mean"]) or not all(
-      np.isfinite(v) for v in ratios.values()):
-    return "not measured", ratios
+  key, geometric, needs_change = _METRICS[metric]
+  vals = [np.asarray(r["per_arm"][arm][key]["per_seed"], np.float64) for r in runs.values()
+          if arm in r["per_arm"] and (r["change_points"] or not needs_change)]
+  if not vals:
+    return None
+  v = np.stack(vals)
+  return np.exp(np.log(v).mean(0)) if geometric else v.mean(0)
 
-  def beyond_noise(b):
-    theirs = arms[b]["recovery_pct"]
-    se = np.sqrt((theirs["std"] ** 2 + ours["std"] ** 2) / num_seeds)
-    return theirs["mean"] - ours["mean"] > 2 * se
 
-  if all(v >= faster_ratio for v in ratios.values()):
-    return "held", ratios
-  if any(v >= faster_ratio for v in ratios.values()) or all(
-      beyond_noise(b) for b in ratios):
-    return "partly held", ratios
-  return "did not hold", ratios
+def measure(runs: dict, judged: str, criteria_names) -> dict:
+  """criterion name -> (method, baseline) per seed, for `report.judge_all`.
+
+  Names are `[alt_]<metric>_vs_<baseline>`; `alt_` compares the other rule's AES
+  arm. Runs missing an arm leave that comparison out; none left: not measured.
+  """
+  other = next(a for a in RULE_ARMS.values() if a != judged)
+  out = {}
+  for name in criteria_names:
+    alt = name.startswith("alt_")
+    metric, _, base = name.removeprefix("alt_").rpartition("_vs_")
+    if metric not in _METRICS or base not in BASELINES:
+      raise ValueError(f"criterion {name!r}: expected [alt_]<{'|'.join(_METRICS)}>_vs_"
+                       f"<{'|'.join(BASELINES)}>")
+    both = {k: r for k, r in runs.items()
+            if base in r["per_arm"] and (other if alt else judged) in r["per_arm"]}
+    m, b = pool(both, other if alt else judged, metric), pool(both, base, metric)
+    out[name] = None if m is None or b is None else (m, b)
+  return out
 
 
 def run(config, workdir: str) -> dict:
@@ -179,7 +205,13 @@ def run(config, workdir: str) -> dict:
     raise ValueError("config.tasks and config.drift_modes must be non-empty")
   runs, plots = {}, []
   cache = jaxlab.train.ArmCache(workdir)
-  shared = jaxlab.train.config_hash(config.seed, config.num_seeds, config.drift, config.metrics,
+  if config.aes_rule not in RULE_ARMS:
+    raise ValueError(f"config.aes_rule must be one of {tuple(RULE_ARMS)}, got "
+                     f"{config.aes_rule!r}")
+  if len(config.seeds) < 1:
+    raise ValueError(f"config.seeds must name at least one seed, got {config.seeds}")
+  judged = RULE_ARMS[config.aes_rule]
+  shared = jaxlab.train.config_hash(tuple(config.seeds), config.drift, config.metrics,
                                     config.optimizer)
   for tname in tasks:
     if tname not in config:
@@ -191,27 +223,29 @@ def run(config, workdir: str) -> dict:
       runs[name] = cache.get_or_run(name, key, lambda task=task, mode=mode: _run_task(
           task, mode, config))
       plots += _plots(workdir, name, runs[name])
-  first = runs[f"{tasks[0]}_{modes[0]}"]
-  if "aes" in first["per_arm"]:
-    verdict, ratios = _verdict(first, config.faster_ratio, config.num_seeds)
-  else:
-    verdict, ratios = "not measured", {}
-  pa = first["per_arm"]
-  baselines = [a for a in first["arms"] if a not in ("aes", "aes_target")]
-  baseline = "; ".join(
-      f"{a}: recovery {_fmt(pa[a]['recovery_pct'])} % of T, degradation "
-      f"{_fmt(pa[a]['degradation'], 2)}" for a in baselines)
-  ours = (f"aes: recovery {_fmt(pa['aes']['recovery_pct'])} % of T, "
-          f"degradation {_fmt(pa['aes']['degradation'], 2)}"
-          if "aes" in pa else "aes arm not run")
-  ratio_txt = ", ".join(f"{b}/aes = {v:.2f}x" for b, v in ratios.items())
-  lines = [f"Recovery-time ratios (baseline / AES, {first['env']} "
-           f"{first['drift_mode']}): {ratio_txt}. 'held' needs >= "
-           f"{config.faster_ratio}x against every baseline; 'partly held': "
-           "that against one, or faster than every baseline by > 2 standard "
-           "errors; otherwise 'did not hold'. Mean +- std over "
-           f"{config.num_seeds} seeds; recovery = first evaluation whose "
-           f"{config.metrics.smooth}-eval moving average reaches "
+  names = [c.name for c in jaxlab.report.criteria_from_config(config.criteria)]
+  verdict, crit_results = jaxlab.report.judge_all(config.criteria,
+                                                   measure(runs, judged, names))
+  facts = [jaxlab.report.Fact(
+      "runs", "task x drift-mode runs pooled by the criteria",
+      ", ".join(runs), "")]
+
+  def arm_text(arm):
+    parts = []
+    for metric, digits, unit in (("recovery_pct", 1, " % of T"), ("degradation", 2, "")):
+      per = [r["per_arm"][arm][metric]["mean"] for r in runs.values() if arm in r["per_arm"]
+             and r["change_points"]]
+      if per:
+        parts.append(f"{metric.split('_')[0]} {np.mean(per):.{digits}f}{unit}")
+    return f"{arm}: " + (", ".join(parts) if parts else "no abrupt change run")
+
+  all_arms = list(dict.fromkeys(a for r in runs.values() for a in r["arms"]))
+  baseline = "; ".join(arm_text(a) for a in all_arms if a in BASELINES)
+  ours = "; ".join(arm_text(a) for a in all_arms if a not in BASELINES)
+  lines = [f"Judged AES arm: {judged!r} (rule {config.aes_rule!r}); the other rule's "
+           "criteria are prefixed alt_ (secondary). Means over seeds and over the runs "
+           f"{', '.join(runs)}; {len(config.seeds)} paired seeds; recovery = first "
+           f"evaluation whose {config.metrics.smooth}-eval moving average reaches "
            f"{config.metrics.threshold:.0%} of the pre-drift level; censored "
            "recoveries count as the segment length."]
   for name, r in runs.items():
@@ -226,14 +260,16 @@ def run(config, workdir: str) -> dict:
                       f"{_fmt(e)}" for e in s["recovery_by_event"]))
   lines.append(
       "jaxlab interpretation: drift proxy (fast/slow EMA ratio of the 0.9 "
-      "TD-error quantile), lambda_t = clip(lambda_0 sqrt(1 + kappa d_t)), "
-      "drift modes and metric formulas; see jaxlab.rl docstrings.")
+      "TD-error quantile), lambda_t = clip(lambda_0 sqrt(1 + kappa d_t)) (aes) or "
+      "clip(lambda_0 sqrt(d_t / d_ref)) (aes_sqrt), drift modes and metric "
+      "formulas; see jaxlab.rl docstrings.")
   report = jaxlab.report.ReportRow(
       method="AES (adaptive entropy scheduling)", paper_claim=PAPER_CLAIM,
       baseline=baseline, ours=ours, verdict=verdict, details=" ".join(lines),
-      plots=tuple(plots))
+      plots=tuple(plots), criteria=crit_results, facts=facts)
   results = dict(experiment="aes", preset=config.preset, runs=runs,
-                 recovery_ratios=ratios, seconds=time.time() - t0,
+                 criteria=[dataclasses.asdict(r) for r in crit_results],
+                 facts=[dataclasses.asdict(f) for f in facts], seconds=time.time() - t0,
                  config=json.loads(config.to_json_best_effort()),
                  report=dataclasses.asdict(report))
   jaxlab.report.write_results(workdir, results)

@@ -21,13 +21,22 @@ One update takes the TD errors of the current minibatch and does:
   fast_t   = fast_decay * fast_{t-1} + (1 - fast_decay) * q_t
   slow_t   = slow_decay * slow_{t-1} + (1 - slow_decay) * q_t
   d_t      = max(fast_t / (slow_t + eps) - 1, 0)          # drift proxy
-  lambda_t = clip(lambda_0 * sqrt(1 + kappa * d_t), lambda_min, lambda_max)
+  lambda_t = rule(d_t), clipped to [lambda_min, lambda_max]
 
-The square-root rule and the use of a TD-error quantile with clipping are the
+Two square-root rules (`RULES`, the `rule` knob):
+
+  * "offset": `lambda_0 * sqrt(1 + kappa * d_t)`. `lambda_0` is the stationary
+    value and entropy only ever rises above it (never below, even in long
+    stable periods).
+  * "sqrt":   `lambda_0 * sqrt(d_t / d_ref)`, the paper's plain `lambda_t ~
+    sqrt(d_t)`: `lambda_0` at the reference drift `d_ref`, lower than that in
+    stable periods (down to `lambda_min`, default `lambda_0 / 10`). The default
+    `d_ref = 1 / kappa` makes both rules agree once `kappa * d_t >> 1`.
+
+The square-root scaling and the use of a TD-error quantile with clipping are the
 paper's ingredients; the exact proxy (the fast/slow EMA ratio), the `1 + ...`
-offset that makes `lambda_0` the stationary value, and all default constants
-are a jaxlab interpretation (the paper's constants were not available). Each
-is a keyword argument.
+offset, `d_ref` and all default constants are a jaxlab interpretation (the
+paper's constants were not available). Each is a keyword argument.
 """
 
 from collections.abc import Callable
@@ -37,6 +46,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 from jaxtyping import ArrayLike, Float
+
+RULES = ("offset", "sqrt")
 
 
 class AESState(NamedTuple):
@@ -61,21 +72,29 @@ def _check_positive(name: str, value: float) -> None:
 
 def lambda_from_proxy(proxy: Float[ArrayLike, "*b"], lambda_0: float, *,
                       kappa: float = 4.0, lambda_min: float | None = None,
-                      lambda_max: float | None = None) -> Float[Array, "*b"]:
-  """The square-root scaling rule with clips.
+                      lambda_max: float | None = None, rule: str = "offset",
+                      d_ref: float | None = None) -> Float[Array, "*b"]:
+  """The square-root scaling rule with clips (`rule`: see the module doc).
 
-  `lambda = clip(lambda_0 * sqrt(1 + kappa * max(d, 0)), lambda_min,
-  lambda_max)`: monotone non-decreasing in `d`, equal to `lambda_0` at `d = 0`
-  and growing like `lambda_0 * sqrt(kappa * d)` once `kappa * d >> 1` (jaxlab
-  interpretation of the paper's `lambda_t ~ sqrt(d_t)`).
+  "offset": `lambda = clip(lambda_0 * sqrt(1 + kappa * max(d, 0)), lambda_min,
+  lambda_max)`: equal to `lambda_0` at `d = 0` and growing like
+  `lambda_0 * sqrt(kappa * d)` once `kappa * d >> 1`.
+  "sqrt": `lambda = clip(lambda_0 * sqrt(max(d, 0) / d_ref), lambda_min,
+  lambda_max)`: `lambda_0` at `d = d_ref`, `lambda_min` at `d = 0`.
+  Both are monotone non-decreasing in `d` (jaxlab interpretations of the
+  paper's `lambda_t ~ sqrt(d_t)`).
 
   Args:
     proxy: drift proxy values `d`, any shape; negative values count as 0.
-    lambda_0: the stationary entropy weight, > 0.
-    kappa: sensitivity of lambda to the proxy, >= 0.
-    lambda_min: lower clip, <= lambda_max (default `lambda_0`; only a value
-      above `lambda_0` is ever active, since the rule never goes below it).
+    lambda_0: the reference entropy weight, > 0.
+    kappa: sensitivity of the "offset" rule to the proxy, >= 0.
+    lambda_min: lower clip, <= lambda_0 for "sqrt" (default `lambda_0` for
+      "offset", where only a value above `lambda_0` is ever active, and
+      `lambda_0 / 10` for "sqrt").
     lambda_max: upper clip, >= lambda_0 (default `10 * lambda_0`).
+    rule: "offset" or "sqrt" (`RULES`).
+    d_ref: the drift at which the "sqrt" rule gives `lambda_0`, > 0 (default
+      `1 / kappa`, which needs kappa > 0); unused by "offset".
 
   Returns:
     lambda, same shape as `proxy`, float32.
@@ -84,19 +103,34 @@ def lambda_from_proxy(proxy: Float[ArrayLike, "*b"], lambda_0: float, *,
     >>> import jax.numpy as jnp
     >>> lambda_from_proxy(jnp.array([0.0, 2.0]), 0.1, kappa=4.0)
     Array([0.1, 0.3], dtype=float32)
+    >>> lambda_from_proxy(jnp.array([0.0, 1.0]), 0.1, rule="sqrt", d_ref=0.25)
+    Array([0.01, 0.2 ], dtype=float32)
   """
-  lambda_min, lambda_max = _check_lambda_args(lambda_0, kappa, lambda_min,
-                                              lambda_max)
+  lambda_min, lambda_max, d_ref = _check_lambda_args(lambda_0, kappa, lambda_min,
+                                                     lambda_max, rule, d_ref)
   d = jnp.maximum(jnp.asarray(proxy, jnp.float32), 0.0)
-  lam = lambda_0 * jnp.sqrt(1.0 + kappa * d)
+  if rule == "offset":
+    lam = lambda_0 * jnp.sqrt(1.0 + kappa * d)
+  else:
+    lam = lambda_0 * jnp.sqrt(d / d_ref)
   return jnp.clip(lam, lambda_min, lambda_max)
 
 
-def _check_lambda_args(lambda_0, kappa, lambda_min, lambda_max):
+def _check_lambda_args(lambda_0, kappa, lambda_min, lambda_max, rule="offset", d_ref=None):
   _check_positive("lambda_0", lambda_0)
+  if rule not in RULES:
+    raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
   if not kappa >= 0.0:
     raise ValueError(f"kappa must be >= 0, got {kappa!r}")
-  lambda_min = lambda_0 if lambda_min is None else lambda_min
+  if rule == "sqrt":
+    if d_ref is None:
+      if not kappa > 0.0:
+        raise ValueError("the 'sqrt' rule needs d_ref > 0 (or kappa > 0 for its default "
+                         f"1 / kappa), got d_ref=None, kappa={kappa!r}")
+      d_ref = 1.0 / kappa
+    _check_positive("d_ref", d_ref)
+  default_min = lambda_0 if rule == "offset" else 0.1 * lambda_0
+  lambda_min = default_min if lambda_min is None else lambda_min
   lambda_max = 10.0 * lambda_0 if lambda_max is None else lambda_max
   if not lambda_min >= 0.0:
     raise ValueError(f"lambda_min must be >= 0, got {lambda_min!r}")
@@ -106,30 +140,41 @@ def _check_lambda_args(lambda_0, kappa, lambda_min, lambda_max):
   if not lambda_0 <= lambda_max:
     raise ValueError(f"need lambda_0 <= lambda_max, got lambda_0={lambda_0!r}"
                      f", lambda_max={lambda_max!r}")
-  return float(lambda_min), float(lambda_max)
+  if rule == "sqrt" and not lambda_min <= lambda_0:
+    # Otherwise the clip would hide the rule's one difference: going below lambda_0.
+    raise ValueError(f"the 'sqrt' rule needs lambda_min <= lambda_0, got lambda_min="
+                     f"{lambda_min!r}, lambda_0={lambda_0!r}")
+  return float(lambda_min), float(lambda_max), (None if d_ref is None else float(d_ref))
 
 
 def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
                   quantile: float = 0.9, fast_decay: float = 0.99,
                   slow_decay: float = 0.999, lambda_min: float | None = None,
                   lambda_max: float | None = None,
-                  eps: float = 1e-6) -> AESScheduler:
+                  eps: float = 1e-6, rule: str = "offset",
+                  d_ref: float | None = None) -> AESScheduler:
   """Builds the AES tracker: TD-error quantile -> drift proxy -> lambda_t.
 
   Both EMAs start at the first finite quantile they see (no zero-bias), so
-  `d_0 = 0` and `lambda_0` is used until the TD-error scale moves. Non-finite
+  `d_0 = 0`: the "offset" rule uses `lambda_0` until the TD-error scale moves,
+  the "sqrt" rule `lambda_min`. Non-finite
   TD errors are ignored; a batch with none finite leaves the state unchanged
   (and returns the previous lambda).
 
   Args:
-    lambda_0: stationary entropy weight (temperature / entropy coefficient).
-    kappa: proxy sensitivity, >= 0 (jaxlab interpretation, default 4).
+    lambda_0: reference entropy weight (temperature / entropy coefficient).
+    kappa: proxy sensitivity of the "offset" rule, >= 0 (jaxlab
+      interpretation, default 4).
     quantile: level q of the |TD error| quantile, in (0, 1] (default 0.9).
     fast_decay: decay of the fast EMA, in [0, slow_decay).
     slow_decay: decay of the slow EMA, in (fast_decay, 1).
-    lambda_min: lower clip, default `lambda_0`.
+    lambda_min: lower clip, default `lambda_0` ("offset") or `lambda_0 / 10`
+      ("sqrt").
     lambda_max: upper clip, default `10 * lambda_0`.
     eps: added to the slow EMA in the ratio, > 0.
+    rule: "offset" (`lambda_0 sqrt(1 + kappa d)`) or "sqrt"
+      (`lambda_0 sqrt(d / d_ref)`); see the module doc.
+    d_ref: reference drift of the "sqrt" rule (default `1 / kappa`).
 
   Returns:
     An `AESScheduler(init, update)`; `update(state, td_errors)` takes TD errors
@@ -147,8 +192,8 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
     >>> bool(lam > 0.1)
     True
   """
-  lambda_min, lambda_max = _check_lambda_args(lambda_0, kappa, lambda_min,
-                                              lambda_max)
+  lambda_min, lambda_max, d_ref = _check_lambda_args(lambda_0, kappa, lambda_min,
+                                                     lambda_max, rule, d_ref)
   if not 0.0 < quantile <= 1.0:
     raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
   if not 0.0 <= fast_decay < 1.0:
@@ -163,8 +208,10 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
 
   def init() -> AESState:
     zero = jnp.zeros((), jnp.float32)
+    lam = lambda_from_proxy(zero, lambda_0, kappa=kappa, lambda_min=lambda_min,
+                            lambda_max=lambda_max, rule=rule, d_ref=d_ref)
     return AESState(count=jnp.zeros((), jnp.int32), fast=zero, slow=zero,
-                    proxy=zero, lam=jnp.full((), lambda_0, jnp.float32))
+                    proxy=zero, lam=lam)
 
   def update(state: AESState, td_errors: Array) -> tuple[Array, AESState]:
     td = jnp.abs(jnp.asarray(td_errors, jnp.float32)).reshape(-1)
@@ -178,8 +225,8 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
     fast = jnp.where(first, q, fast_decay * state.fast + (1 - fast_decay) * q)
     slow = jnp.where(first, q, slow_decay * state.slow + (1 - slow_decay) * q)
     proxy = jnp.maximum(fast / (slow + eps) - 1.0, 0.0)
-    lam = lambda_from_proxy(proxy, lambda_0, kappa=kappa,
-                            lambda_min=lambda_min, lambda_max=lambda_max)
+    lam = lambda_from_proxy(proxy, lambda_0, kappa=kappa, lambda_min=lambda_min,
+                            lambda_max=lambda_max, rule=rule, d_ref=d_ref)
     new = AESState(count=state.count + 1, fast=fast, slow=slow, proxy=proxy,
                    lam=lam)
     new = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)
@@ -188,13 +235,15 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
   return AESScheduler(init=init, update=update)
 
 
-def scheduler_from(lambda_0: float, settings: Any) -> AESScheduler:
-  """`aes_scheduler(lambda_0, ...)` from the `aes_*` fields of an RL config.
+def scheduler_from(lambda_0: float, settings: Any, rule: str = "offset") -> AESScheduler:
+  """`aes_scheduler(lambda_0, ..., rule=rule)` from the `aes_*` fields of an RL config.
 
-  Reads `aes_kappa`, `aes_quantile`, `aes_fast_decay`, `aes_slow_decay`,
-  `aes_lambda_min` and `aes_lambda_max` (SACConfig and PPOConfig carry them).
+  Reads `aes_kappa`, `aes_d_ref`, `aes_quantile`, `aes_fast_decay`,
+  `aes_slow_decay`, `aes_lambda_min` and `aes_lambda_max`
+  (`jaxlab.rl.aes_plumbing.AESKnobs`, which SACConfig and PPOConfig extend).
   """
   return aes_scheduler(
       lambda_0, kappa=settings.aes_kappa, quantile=settings.aes_quantile,
       fast_decay=settings.aes_fast_decay, slow_decay=settings.aes_slow_decay,
-      lambda_min=settings.aes_lambda_min, lambda_max=settings.aes_lambda_max)
+      lambda_min=settings.aes_lambda_min, lambda_max=settings.aes_lambda_max,
+      rule=rule, d_ref=settings.aes_d_ref)

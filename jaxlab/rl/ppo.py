@@ -11,7 +11,13 @@ Entropy modes (`ENT_MODES`):
   * "fixed": `ent_coef = config.ent_coef`.
   * "aes":   `ent_coef = lambda_t` of `aes_scheduler(config.ent_coef, ...)`,
              updated once per rollout with its one-step TD errors
-             `r + gamma * V(s') - V(s)` (AES as the PPO entropy coefficient).
+             `r + gamma * V(s') - V(s)` (AES as the PPO entropy coefficient,
+             the "offset" rule lambda_0 sqrt(1 + kappa d_t)).
+  * "aes_sqrt": the same tracker under the plain square-root rule
+             lambda_0 sqrt(d_t / d_ref), clipped (`jaxlab.rl.aes_scheduler`).
+
+The AES plumbing (knobs, mode selection, drifting env, evaluation) is shared
+with SAC: `jaxlab.rl.aes_plumbing`.
 
 Example:
   >>> import jax
@@ -36,23 +42,26 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 from jax.typing import DTypeLike
 
+from jaxlab.rl import aes_plumbing
 from jaxlab.rl import aes_scheduler as aes_lib
-from jaxlab.rl import envs as envs_lib
 from jaxlab.rl.drift import Drift
 
-ENT_MODES = ("fixed", "aes")
+ENT_MODES = ("fixed", "aes", "aes_sqrt")
 
 
 def ent_mode_index(name: str) -> Array:
   """The int32 index of an entropy-coefficient mode name."""
-  if name not in ENT_MODES:
-    raise ValueError(f"entropy mode must be one of {ENT_MODES}, got {name!r}")
-  return jnp.int32(ENT_MODES.index(name))
+  return aes_plumbing.mode_index(ENT_MODES, name, "entropy mode")
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
-  """PPO settings; an update = one rollout of `num_envs * num_steps` steps."""
+class PPOConfig(aes_plumbing.AESKnobs):
+  """PPO settings; an update = one rollout of `num_envs * num_steps` steps.
+
+  The `aes_*` fields come from `aes_plumbing.AESKnobs` (PPO's tracker sees one
+  rollout per update, so its EMAs decay faster); AES's reference weight is
+  `ent_coef`.
+  """
   num_envs: int = 8
   num_steps: int = 64
   total_updates: int = 200
@@ -68,12 +77,8 @@ class PPOConfig:
   ent_coef: float = 0.01
   max_grad_norm: float = 0.5
   hidden: int = 64
-  aes_kappa: float = 4.0
-  aes_quantile: float = 0.9
   aes_fast_decay: float = 0.8
   aes_slow_decay: float = 0.98
-  aes_lambda_min: float | None = None
-  aes_lambda_max: float | None = None
 
   @property
   def total_env_steps(self) -> int:
@@ -81,21 +86,12 @@ class PPOConfig:
     return self.total_updates * self.num_steps
 
   def validate(self) -> None:
-    for name in ("num_envs", "num_steps", "total_updates", "num_evals",
-                 "eval_envs", "update_epochs", "num_minibatches", "hidden"):
-      v = getattr(self, name)
-      if not (isinstance(v, int) and v >= 1):
-        raise ValueError(f"PPOConfig.{name} must be a positive int, got {v!r}")
-    if self.total_updates % self.num_evals:
-      raise ValueError(
-          f"PPOConfig.total_updates ({self.total_updates}) must be a multiple "
-          f"of num_evals ({self.num_evals})")
+    self._check_counts(("num_envs", "num_steps", "total_updates", "num_evals", "eval_envs",
+                        "update_epochs", "num_minibatches", "hidden"),
+                       "total_updates", "num_evals")
     if (self.num_envs * self.num_steps) % self.num_minibatches:
       raise ValueError("PPOConfig.num_envs * num_steps must be divisible by "
                        f"num_minibatches ({self.num_minibatches})")
-
-  def scheduler(self) -> aes_lib.AESScheduler:
-    return aes_lib.scheduler_from(self.ent_coef, self)
 
 
 def orthogonal_init(scale: float = 1.0):
@@ -180,32 +176,28 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
     `train(key, ent_mode)` with `ent_mode` from `ent_mode_index`. Metrics, one
     entry per evaluation: "step" (vectorised env steps so far), "eval_return"
     (greedy policy, `eval_envs` episodes under the current params),
-    "train_return", "ent_coef", "lam", "proxy", "entropy" (window means) and
+    "train_return", "ent_coef", "lam" / "lam_sqrt" (the AES weight under each
+    rule), "proxy", "entropy" (window means) and
     "drift_level".
   """
   config.validate()
   if not env.num_actions:
     raise ValueError(f"PPO here needs a discrete-action env, got {env.name}")
-  if drift is not None and drift.levels.shape[0] != config.total_env_steps:
-    raise ValueError(
-        f"drift schedule has {drift.levels.shape[0]} steps, expected "
-        f"config.total_env_steps={config.total_env_steps}")
+  denv = aes_plumbing.DriftingEnv(env, drift, config.total_env_steps,
+                                  "config.total_env_steps")
+  params_at = denv.params_at
   n, ns = config.num_envs, config.num_steps
   net = ActorCritic(env.num_actions, config.hidden)
   _, unravel = ravel_pytree(net.init(jax.random.key(0),
                                      jnp.zeros((env.obs_dim,))))
   tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
                    optax.adam(config.lr, eps=1e-5))
-  sched = config.scheduler()
+  sched = aes_plumbing.AESWeights(config.ent_coef, config)
   per_eval = config.total_updates // config.num_evals
   mb = n * ns // config.num_minibatches
-  max_ep = int(env.default_params.max_steps_in_episode)
 
   def apply(flat, obs):
     return net.apply(unravel(flat), obs)
-
-  def params_at(t):
-    return env.default_params if drift is None else drift.params_at(t)
 
   def init(key):
     k_p, k_env, key = jax.random.split(key, 3)
@@ -270,8 +262,9 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
         traj.pop("ret_cnt"))
     _, last_value = apply(s.params, s.obs)
     adv, ret, delta = gae(traj, last_value)
-    lam, sched_state = sched.update(s.sched, delta)
-    ent_coef = jnp.where(mode == 1, lam, config.ent_coef)
+    lams, sched_state = sched.update(s.sched, delta)
+    ent_coef = aes_plumbing.select(mode, ENT_MODES, dict(
+        fixed=config.ent_coef, **aes_plumbing.aes_values(lams)))
     data = dict(traj, adv=adv, ret=ret)
     data = jax.tree.map(lambda x: x.reshape((n * ns,) + x.shape[2:]), data)
     data.pop("reward"), data.pop("done")
@@ -296,7 +289,8 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
     (flat, opt), ents = jax.lax.scan(
         epoch, (s.params, s.opt), jax.random.split(k_ep, config.update_epochs))
     s = s._replace(params=flat, opt=opt, sched=sched_state, key=key)
-    info = dict(ent_coef=ent_coef, lam=lam, proxy=sched_state.proxy,
+    info = dict(ent_coef=ent_coef, lam=lams["offset"], lam_sqrt=lams["sqrt"],
+                proxy=sched_state.proxy,
                 entropy=jnp.mean(ents), ret_sum=ret_sum, ret_cnt=ret_cnt)
     return s, info
 
@@ -308,16 +302,12 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
       us = c * per_eval + jnp.arange(per_eval)
       s, infos = jax.lax.scan(lambda s, u: iteration(s, u, mode), s, us)
       t_end = (c + 1) * per_eval * ns - 1
-      key, k_eval = jax.random.split(s.key)
-      s = s._replace(key=key)
 
       def policy(obs):
         return jnp.argmax(apply(s.params, obs)[0], axis=-1)
 
-      ev = envs_lib.evaluate(env, params_at(t_end), policy, k_eval,
-                             config.eval_envs, max_ep)
-      return s, envs_lib.summarize_chunk(
-          infos, ev, t_end, 0.0 if drift is None else drift.levels[t_end])
+      key, out = denv.evaluate(s.key, policy, t_end, infos, config.eval_envs)
+      return s._replace(key=key), out
 
     state, metrics = jax.lax.scan(chunk, state, jnp.arange(config.num_evals))
     return TrainOutput(state, metrics)

@@ -11,7 +11,11 @@ Temperature modes (`ALPHA_MODES`, selected by the traced `alpha_mode` index):
   * "auto":       alpha = exp(log_alpha), learned towards the target entropy
                   `H_0` (default `-action_dim`), as in SAC v2.
   * "aes":        alpha = lambda_t from `aes_scheduler(config.alpha, ...)` fed
-                  with each minibatch's critic TD errors (AES as temperature).
+                  with each minibatch's critic TD errors (AES as temperature,
+                  the "offset" rule lambda_0 sqrt(1 + kappa d_t)).
+  * "aes_sqrt":   the same tracker under the plain square-root rule
+                  lambda_0 sqrt(d_t / d_ref), clipped (below lambda_0 when the
+                  drift proxy is small; `jaxlab.rl.aes_scheduler`).
   * "aes_target": auto-alpha whose target entropy follows the AES tracker,
                   `H_t = min(H_0 + target_entropy_scale * (lambda_t / alpha - 1),
                   target_entropy_max)` (jaxlab interpretation of the paper's
@@ -19,6 +23,8 @@ Temperature modes (`ALPHA_MODES`, selected by the traced `alpha_mode` index):
                   knobs).
 
 The TD errors given to AES are `mean(Q1, Q2) - y` on the critic minibatch.
+The AES plumbing (knobs, mode selection, drifting env, evaluation) is shared
+with PPO: `jaxlab.rl.aes_plumbing`.
 
 Example:
   >>> import jax
@@ -44,26 +50,25 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 from jax.typing import DTypeLike
 
+from jaxlab.rl import aes_plumbing
 from jaxlab.rl import aes_scheduler as aes_lib
-from jaxlab.rl import envs as envs_lib
 from jaxlab.rl.drift import Drift
 
-ALPHA_MODES = ("fixed", "auto", "aes", "aes_target")
+ALPHA_MODES = ("fixed", "auto", "aes", "aes_target", "aes_sqrt")
 
 
 def alpha_mode_index(name: str) -> Array:
   """The int32 index of a temperature mode name (for `train(key, mode)`)."""
-  if name not in ALPHA_MODES:
-    raise ValueError(f"alpha mode must be one of {ALPHA_MODES}, got {name!r}")
-  return jnp.int32(ALPHA_MODES.index(name))
+  return aes_plumbing.mode_index(ALPHA_MODES, name, "alpha mode")
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
+class SACConfig(aes_plumbing.AESKnobs):
   """SAC settings. Steps count vectorised environment steps.
 
   Each step adds `num_envs` transitions and does one gradient update (after
-  `learning_starts` steps of uniform random actions).
+  `learning_starts` steps of uniform random actions). The `aes_*` fields come
+  from `aes_plumbing.AESKnobs`; AES's reference weight is `alpha`.
   """
   num_envs: int = 4
   total_steps: int = 12_000
@@ -83,32 +88,16 @@ class SACConfig:
   target_entropy: float | None = None
   target_entropy_scale: float = 0.5
   target_entropy_max: float = 0.0
-  aes_kappa: float = 4.0
-  aes_quantile: float = 0.9
-  aes_fast_decay: float = 0.99
-  aes_slow_decay: float = 0.999
-  aes_lambda_min: float | None = None
-  aes_lambda_max: float | None = None
 
   def validate(self) -> None:
-    for name in ("num_envs", "total_steps", "num_evals", "eval_envs",
-                 "buffer_size", "batch_size", "hidden", "num_layers"):
-      v = getattr(self, name)
-      if not (isinstance(v, int) and v >= 1):
-        raise ValueError(f"SACConfig.{name} must be a positive int, got {v!r}")
-    if self.total_steps % self.num_evals:
-      raise ValueError(
-          f"SACConfig.total_steps ({self.total_steps}) must be a multiple of "
-          f"num_evals ({self.num_evals})")
+    self._check_counts(("num_envs", "total_steps", "num_evals", "eval_envs", "buffer_size",
+                        "batch_size", "hidden", "num_layers"), "total_steps", "num_evals")
     if not 0 <= self.learning_starts < self.total_steps:
       raise ValueError("SACConfig.learning_starts must be in [0, total_steps)"
                        f", got {self.learning_starts!r}")
     if not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma < 1.0:
       raise ValueError(f"need 0 < tau <= 1 and 0 <= gamma < 1, got tau="
                        f"{self.tau!r}, gamma={self.gamma!r}")
-
-  def scheduler(self) -> aes_lib.AESScheduler:
-    return aes_lib.scheduler_from(self.alpha, self)
 
 
 class _MLP(nn.Module):
@@ -192,6 +181,7 @@ class SACState(NamedTuple):
   log_alpha: Array
   alpha_opt: Any
   sched: aes_lib.AESState
+  lams: dict[str, Array]  # lambda_t per AES rule after the last update
   buffer: Buffer
   env_state: Any
   obs: Array
@@ -200,7 +190,12 @@ class SACState(NamedTuple):
 
 
 _LEARNED = ("actor", "critic", "target", "actor_opt", "critic_opt", "log_alpha",
-            "alpha_opt", "sched")
+            "alpha_opt", "sched", "lams")
+
+
+def _initial_lams(sched: aes_plumbing.AESWeights) -> dict[str, Array]:
+  # Before the first update: the rules' values at zero drift.
+  return sched.update(sched.init(), jnp.ones((1,)))[0]
 
 
 class TrainOutput(NamedTuple):
@@ -225,30 +220,24 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
     `total_steps / num_evals` steps): "step", "eval_return" (deterministic
     policy, `eval_envs` episodes under the current params), "train_return"
     (mean return of training episodes finished in the window, NaN if none),
-    "alpha", "lam", "proxy", "entropy", "critic_loss", "td_quantile" (window
+    "alpha", "lam" / "lam_sqrt" (the AES weight under each rule), "proxy", "entropy", "critic_loss", "td_quantile" (window
     means) and "drift_level".
   """
   config.validate()
   if env.num_actions:
     raise ValueError(f"SAC needs a continuous-action env, got {env.name}")
-  if drift is not None and drift.levels.shape[0] != config.total_steps:
-    raise ValueError(
-        f"drift schedule has {drift.levels.shape[0]} steps, expected "
-        f"config.total_steps={config.total_steps}")
+  denv = aes_plumbing.DriftingEnv(env, drift, config.total_steps, "config.total_steps")
+  params_at = denv.params_at
   n, od, ad = config.num_envs, env.obs_dim, env.action_dim
   actor = Actor(ad, config.hidden, config.num_layers)
   critic = DoubleCritic(config.hidden, config.num_layers)
   actor_tx = optax.adam(config.actor_lr)
   critic_tx = optax.adam(config.critic_lr)
   alpha_tx = optax.adam(config.alpha_lr)
-  sched = config.scheduler()
+  sched = aes_plumbing.AESWeights(config.alpha, config)
   h0 = -float(ad) if config.target_entropy is None else config.target_entropy
   scale = env.action_scale
   steps_per_eval = config.total_steps // config.num_evals
-  max_ep = int(env.default_params.max_steps_in_episode)
-
-  def params_at(t):
-    return env.default_params if drift is None else drift.params_at(t)
 
   # Parameters live as flat vectors: one optimizer leaf per network keeps the
   # compiled program (and its compile time) small.
@@ -276,20 +265,21 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
                  jnp.zeros((nb, od)), jnp.zeros((nb,)))
     return SACState(a_params, c_params, c_params, actor_tx.init(a_params),
                     critic_tx.init(c_params), log_alpha,
-                    alpha_tx.init(log_alpha), sched.init(), buf, env_state, obs,
+                    alpha_tx.init(log_alpha), sched.init(), _initial_lams(sched), buf,
+                    env_state, obs,
                     jnp.zeros((n,)), key)
 
-  def select_alpha(mode, log_alpha, lam):
-    learned = (mode == 1) | (mode == 3)
-    return jnp.where(mode == 0, config.alpha,
-                     jnp.where(learned, jnp.exp(log_alpha), lam))
+  def select_alpha(mode, log_alpha, lams):
+    learned = jnp.exp(log_alpha)
+    return aes_plumbing.select(mode, ALPHA_MODES, dict(
+        fixed=config.alpha, auto=learned, aes_target=learned, **aes_plumbing.aes_values(lams)))
 
   def update(s: SACState, mode, t):
     key, k_b, k_next, k_pi = jax.random.split(s.key, 4)
     size = jnp.minimum((t + 1) * n, config.buffer_size)
     idx = jax.random.randint(k_b, (config.batch_size,), 0, size)
     b = jax.tree.map(lambda x: x[idx], s.buffer)
-    alpha = select_alpha(mode, s.log_alpha, s.sched.lam)
+    alpha = select_alpha(mode, s.log_alpha, s.lams)
 
     mean2, log_std2 = actor_apply(s.actor, b.next_obs)
     a2, logp2 = sample_action(mean2, log_std2, k_next)
@@ -306,7 +296,8 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
         s.critic)
     c_upd, c_opt = critic_tx.update(c_grad, s.critic_opt, s.critic)
     c_params = optax.apply_updates(s.critic, c_upd)
-    lam, sched_state = sched.update(s.sched, td)
+    lams, sched_state = sched.update(s.sched, td)
+    lam = lams["offset"]
 
     def actor_loss(ap):
       mean, log_std = actor_apply(ap, b.obs)
@@ -319,7 +310,7 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
     a_params = optax.apply_updates(s.actor, a_upd)
 
     target_h = jnp.where(
-        mode == 3,
+        mode == ALPHA_MODES.index("aes_target"),
         jnp.minimum(h0 + config.target_entropy_scale * (lam / config.alpha - 1),
                     jnp.maximum(config.target_entropy_max, h0)), h0)
     slack = jax.lax.stop_gradient(jnp.mean(logp) + target_h)
@@ -329,8 +320,8 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
     target = optax.incremental_update(c_params, s.target, config.tau)
     new = s._replace(actor=a_params, critic=c_params, target=target,
                      actor_opt=a_opt, critic_opt=c_opt, log_alpha=log_alpha,
-                     alpha_opt=al_opt, sched=sched_state, key=key)
-    info = dict(alpha=alpha, lam=lam, proxy=sched_state.proxy,
+                     alpha_opt=al_opt, sched=sched_state, lams=lams, key=key)
+    info = dict(alpha=alpha, lam=lam, lam_sqrt=lams["sqrt"], proxy=sched_state.proxy,
                 entropy=-jnp.mean(logp), critic_loss=c_loss,
                 td_quantile=sched_state.fast)
     return new, info
@@ -375,17 +366,13 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
       ts = c * steps_per_eval + jnp.arange(steps_per_eval)
       s, infos = jax.lax.scan(one_step, s, ts)
       t_end = (c + 1) * steps_per_eval - 1
-      key, k_eval = jax.random.split(s.key)
-      s = s._replace(key=key)
 
       def policy(obs):
         mean, _ = actor_apply(s.actor, obs)
         return jnp.tanh(mean) * scale
 
-      ev = envs_lib.evaluate(env, params_at(t_end), policy, k_eval,
-                             config.eval_envs, max_ep)
-      return s, envs_lib.summarize_chunk(
-          infos, ev, t_end, 0.0 if drift is None else drift.levels[t_end])
+      key, out = denv.evaluate(s.key, policy, t_end, infos, config.eval_envs)
+      return s._replace(key=key), out
 
     state, metrics = jax.lax.scan(chunk, state, jnp.arange(config.num_evals))
     return TrainOutput(state, metrics)

@@ -36,6 +36,26 @@ def test_lambda_square_root_in_mid_range():
   assert float(big[1] / big[0]) == pytest.approx(2.0, rel=1e-4)
 
 
+def test_sqrt_rule_closed_form_and_goes_below_lambda_0():
+  # lambda = clip(lambda_0 sqrt(d / d_ref), lambda_0 / 10, 10 lambda_0) by default.
+  d = jnp.array([0.0, 0.0025, 0.04, 0.25, 1.0, 100.0])
+  lam = np.asarray(aes.lambda_from_proxy(d, 0.1, rule="sqrt", d_ref=0.25))
+  np.testing.assert_allclose(lam, [0.01, 0.01, 0.04, 0.1, 0.2, 1.0], rtol=1e-5)
+  # Default d_ref = 1 / kappa: the two rules agree once kappa d >> 1.
+  big = jnp.array([1e3])
+  np.testing.assert_allclose(
+      aes.lambda_from_proxy(big, 0.1, kappa=4.0, rule="sqrt", lambda_max=1e3),
+      aes.lambda_from_proxy(big, 0.1, kappa=4.0, lambda_max=1e3), rtol=1e-3)
+  sched = aes.aes_scheduler(0.1, rule="sqrt", d_ref=0.25)
+  assert float(sched.init().lam) == pytest.approx(0.01)  # zero drift: the lower clip
+  lam, state = sched.update(sched.init(), jnp.ones(8))
+  assert float(lam) == pytest.approx(0.01)
+  lam, state = sched.update(state, 50.0 * jnp.ones(8))  # proxy jumps: lambda rises
+  assert float(lam) == pytest.approx(float(aes.lambda_from_proxy(
+      state.proxy, 0.1, rule="sqrt", d_ref=0.25)), rel=1e-5)
+  assert float(lam) > 0.1
+
+
 def test_tracker_reacts_to_td_jump_and_decays():
   sched = aes.aes_scheduler(0.1, fast_decay=0.9, slow_decay=0.99)
   update = jax.jit(sched.update)
@@ -81,6 +101,10 @@ def test_tracker_ignores_nonfinite_and_vmaps():
     (dict(lambda_0=0.1, lambda_min=0.6, lambda_max=0.5), "lambda_min"),
     (dict(lambda_0=0.1, lambda_min=0.0, lambda_max=0.05), "lambda_0 <= lambda_max"),
     (dict(lambda_0=0.1, eps=0.0), "eps"),
+    (dict(lambda_0=0.1, rule="linear"), "rule"),
+    (dict(lambda_0=0.1, rule="sqrt", d_ref=0.0), "d_ref"),
+    (dict(lambda_0=0.1, rule="sqrt", kappa=0.0), "d_ref"),
+    (dict(lambda_0=0.1, rule="sqrt", lambda_min=0.2), "lambda_min <= lambda_0"),
 ])
 def test_invalid_settings_raise(kwargs, match):
   with pytest.raises(ValueError, match=match):

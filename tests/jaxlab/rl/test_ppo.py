@@ -31,6 +31,9 @@ def test_ent_coef_follows_the_mode(short_run):
   np.testing.assert_allclose(ent[0], 0.01, rtol=1e-6)
   np.testing.assert_allclose(ent[1], np.asarray(short_run["lam"])[1], rtol=1e-5)
   assert np.all(ent[1] >= 0.01 - 1e-7) and np.all(ent[1] <= 0.1 + 1e-7)
+  # aes_sqrt: the square-root rule's weight, clipped to [ent_coef / 10, 10 ent_coef].
+  np.testing.assert_allclose(ent[2], np.asarray(short_run["lam_sqrt"])[2], rtol=1e-5)
+  assert np.all(ent[2] >= 0.001 - 1e-8) and np.all(ent[2] <= 0.1 + 1e-7)
 
 
 def test_invalid_config_raises():

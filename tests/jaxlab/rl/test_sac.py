@@ -20,7 +20,7 @@ def short_run():
   return jax.device_get(train(jax.random.key(0), modes).metrics)
 
 
-ALL_MODES = ("fixed", "auto", "aes", "aes_target")
+ALL_MODES = ("fixed", "auto", "aes", "aes_target", "aes_sqrt")
 
 
 def test_short_run_improves_return_in_every_mode(short_run):
@@ -39,6 +39,13 @@ def test_alpha_follows_the_mode(short_run):
   assert np.abs(alpha[1] - 0.1).max() > 1e-3                  # auto learns
   np.testing.assert_allclose(alpha[2], lam[2], rtol=1e-5)     # aes = lambda_t
   assert np.all(alpha[2] >= 0.1 - 1e-6) and np.all(alpha[2] <= 1.0 + 1e-6)
+  # aes_sqrt follows the plain square-root rule on its own run's proxy: clipped to
+  # [alpha / 10, 1] and, unlike the offset rule, below alpha where the proxy is small.
+  lam_sqrt, proxy = np.asarray(short_run["lam_sqrt"]), np.asarray(short_run["proxy"])
+  np.testing.assert_allclose(alpha[4], lam_sqrt[4], rtol=1e-5)
+  assert np.all(alpha[4] >= 0.01 - 1e-7) and np.all(alpha[4] <= 1.0 + 1e-7)
+  assert np.any(alpha[4] < 0.1 - 1e-3), alpha[4]
+  assert np.all(np.isfinite(proxy[4]))
 
 
 def test_invalid_config_raises():

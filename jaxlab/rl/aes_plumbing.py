@@ -1,0 +1,142 @@
+"""The AES plumbing SAC and PPO share: knobs, entropy-weight modes, drifting env, evaluation.
+
+Both trainers run one jitted program per (seed, mode) and pick the entropy
+weight (SAC's temperature, PPO's entropy coefficient) from a traced mode index,
+so `jax.vmap` trains every arm at once. What they share lives here:
+
+  * `AESKnobs`: the AES tracker's settings (`aes_*` fields), a dataclass both
+    configs extend.
+  * `AESWeights`: one tracker fed with TD errors, giving lambda_t under both
+    square-root rules ("offset" and "sqrt", `aes_scheduler.RULES`) from the same
+    drift proxy, so arms "aes" and "aes_sqrt" differ only in the rule.
+  * `mode_index` / `select`: mode names <-> traced int32 indices.
+  * `DriftingEnv`: the env params and drift level at step t, and the
+    per-evaluation summary (deterministic-policy return under the current
+    params plus window means of the training info).
+
+Example:
+  >>> import jax.numpy as jnp
+  >>> from jaxlab.rl import aes_plumbing
+  >>> w = aes_plumbing.AESWeights(0.1, aes_plumbing.AESKnobs())
+  >>> lams, state = w.update(w.init(), jnp.ones(8))
+  >>> sorted(lams), round(float(lams["offset"]), 3), round(float(lams["sqrt"]), 3)
+  (['offset', 'sqrt'], 0.1, 0.01)
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from jaxlab.rl import aes_scheduler as aes_lib
+from jaxlab.rl import envs as envs_lib
+from jaxlab.rl.drift import Drift
+
+# Mode name -> the rule its lambda_t follows.
+AES_MODE_RULES = {"aes": "offset", "aes_sqrt": "sqrt"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AESKnobs:
+  """AES tracker settings (see `jaxlab.rl.aes_scheduler.aes_scheduler`).
+
+  `aes_d_ref` is the "sqrt" rule's reference drift (None: `1 / aes_kappa`);
+  None clips take the rule's defaults.
+  """
+  aes_kappa: float = 4.0
+  aes_d_ref: float | None = None
+  aes_quantile: float = 0.9
+  aes_fast_decay: float = 0.99
+  aes_slow_decay: float = 0.999
+  aes_lambda_min: float | None = None
+  aes_lambda_max: float | None = None
+
+  def scheduler(self, lambda_0: float, rule: str = "offset") -> aes_lib.AESScheduler:
+    """The AES tracker with reference weight `lambda_0` under `rule`."""
+    return aes_lib.scheduler_from(lambda_0, self, rule)
+
+  def _check_counts(self, positive: Sequence[str], total: str, every: str) -> None:
+    """ValueError unless each of `positive` is an int >= 1 and `every` divides `total`."""
+    cls = type(self).__name__
+    for name in positive:
+      v = getattr(self, name)
+      if not (isinstance(v, int) and v >= 1):
+        raise ValueError(f"{cls}.{name} must be a positive int, got {v!r}")
+    if getattr(self, total) % getattr(self, every):
+      raise ValueError(f"{cls}.{total} ({getattr(self, total)}) must be a multiple of "
+                       f"{every} ({getattr(self, every)})")
+
+
+class AESWeights:
+  """One AES tracker; lambda_t under every rule from its drift proxy.
+
+  `init() -> AESState`; `update(state, td_errors) -> ({rule: lambda_t}, state)`
+  (jit/vmap-safe). The tracker (quantile, EMAs, proxy) is the "offset"
+  scheduler's; the "sqrt" weight maps the same proxy through its own rule.
+  """
+
+  def __init__(self, lambda_0: float, knobs: AESKnobs):
+    self._sched = knobs.scheduler(lambda_0, "offset")
+    # Builds (and validates) the "sqrt" rule's settings once, at trace time.
+    knobs.scheduler(lambda_0, "sqrt")
+    self._sqrt = lambda d: aes_lib.lambda_from_proxy(
+        d, lambda_0, kappa=knobs.aes_kappa, lambda_min=knobs.aes_lambda_min,
+        lambda_max=knobs.aes_lambda_max, rule="sqrt", d_ref=knobs.aes_d_ref)
+    self.init = self._sched.init
+
+  def update(self, state: aes_lib.AESState, td_errors: Array
+             ) -> tuple[dict[str, Array], aes_lib.AESState]:
+    lam, state = self._sched.update(state, td_errors)
+    return dict(offset=lam, sqrt=self._sqrt(state.proxy)), state
+
+
+def mode_index(modes: Sequence[str], name: str, what: str = "mode") -> Array:
+  """The int32 index of `name` in `modes` (for `train(key, mode)`)."""
+  if name not in modes:
+    raise ValueError(f"{what} must be one of {tuple(modes)}, got {name!r}")
+  return jnp.int32(list(modes).index(name))
+
+
+def select(mode: Array, modes: Sequence[str], values: Mapping[str, Any]) -> Array:
+  """`values[modes[mode]]` for a traced mode index (every value is computed)."""
+  return jnp.stack([jnp.asarray(values[m], jnp.float32) for m in modes])[mode]
+
+
+def aes_values(lams: Mapping[str, Array]) -> dict[str, Array]:
+  """Mode name -> lambda_t for the AES modes of `AES_MODE_RULES`."""
+  return {mode: lams[rule] for mode, rule in AES_MODE_RULES.items()}
+
+
+class DriftingEnv:
+  """An env whose params follow a drift schedule of `num_steps` levels (or stay fixed).
+
+  Args:
+    env: a `jaxlab.rl.envs` environment.
+    drift: a `Drift` with exactly `num_steps` levels, or None (default params).
+    num_steps: the trainer's vectorised env steps.
+    what: the trainer's name of `num_steps`, for the error message.
+  """
+
+  def __init__(self, env: Any, drift: Drift | None, num_steps: int, what: str):
+    if drift is not None and drift.levels.shape[0] != num_steps:
+      raise ValueError(f"drift schedule has {drift.levels.shape[0]} steps, expected "
+                       f"{what}={num_steps}")
+    self.env, self.drift = env, drift
+    self.max_episode = int(env.default_params.max_steps_in_episode)
+
+  def params_at(self, t: Array | int) -> Any:
+    return self.env.default_params if self.drift is None else self.drift.params_at(t)
+
+  def level_at(self, t: Array | int) -> Array:
+    return jnp.float32(0.0) if self.drift is None else self.drift.levels[t]
+
+  def evaluate(self, key: Array, policy: Callable[[Array], Array], t_end: Array,
+               infos: dict[str, Array], eval_envs: int) -> tuple[Array, dict[str, Array]]:
+    """Evaluates `policy` under the params at `t_end`; returns (next key, metrics)."""
+    key, k_eval = jax.random.split(key)
+    ev = envs_lib.evaluate(self.env, self.params_at(t_end), policy, k_eval, eval_envs,
+                           self.max_episode)
+    return key, envs_lib.summarize_chunk(infos, ev, t_end, self.level_at(t_end))
