@@ -7,6 +7,7 @@ interleaved on the same requests (step-wise medians over repeats).
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -20,7 +21,8 @@ from jaxlab.serving import schedulers as S
 from jaxlab.serving import workload as W
 
 
-def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0) -> dict[str, Any]:
+def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0,
+                    workload_seeds: Sequence[int] | None = None) -> dict[str, Any]:
   """MB, EB and EB+ on the tiny JAX engine over a (mu_L, mu_O, c) grid.
 
   Calibrates the engine's linear step model on this machine, predicts the
@@ -30,7 +32,15 @@ def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0) -> dict[str,
   Throughput = all tokens of the run / sum over steps of the step's median
   measured time across repeats (schedules do not depend on time, so every
   repeat runs the same step sequence; this is checked).
+
+  `seed` seeds the engine's weights; `workload_seeds` (default `[seed]`) seed the
+  request lengths. With several, the compiled engine and its calibration are
+  shared, the grid runs once per workload seed, and `per_seed` holds each
+  seed's summary (the top-level summary is the first seed's).
   """
+  workload_seeds = [seed] if workload_seeds is None else [int(s) for s in workload_seeds]
+  if not workload_seeds:
+    raise ValueError("workload_seeds must name at least one seed")
   t0 = time.time()
   mcfg = TransformerConfig(**ecfg.model.to_dict())
   slots = int(max(ecfg.concurrency))
@@ -57,58 +67,65 @@ def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0) -> dict[str,
     return S.EBPlusScheduler(model, mb, eb, eval_every=ecfg.ebplus_eval_every, n_obs_min=ecfg.ebplus_n_obs_min,
                              crossover_theta=ecfg.crossover_theta)
 
-  cells = []
-  kinds = ("MB", "EB", "EB+")
-  for mu_l in ecfg.mu_l:
-    for mu_o in ecfg.mu_o:
-      wl = W.Workload(float(mu_l), float(mu_o), jitter=ecfg.jitter, output_dist=ecfg.output_dist)
-      for c in ecfg.concurrency:
-        n_req = max(ecfg.min_requests, ecfg.requests_per_client * c)
-        logs = {k: [] for k in kinds}
-        tokens, eb_share = {}, 0.0
-        for rep in range(ecfg.repeats):
-          # Interleaved, with the order rotated each repeat to cancel order effects.
-          for k in kinds[rep % 3:] + kinds[:rep % 3]:
-            eng.reset()
-            r = simulator.simulate(make(k, c), eng, wl, concurrency=c, num_requests=n_req, seed=seed,
-                                   capacity=eng.capacity, num_slots=c, warmup_frac=0.0)
-            logs[k].append(np.asarray(eng.step_log, np.float64))
-            tokens[k] = r.overall_throughput * r.duration
-            if k == "EB+":
-              eb_share = r.eb_step_share
-        # Schedules do not depend on time, so the repeats run the same steps: the
-        # step-wise median over repeats filters out spikes from other load.
-        med, same = {}, True
-        for k in kinds:
-          runs = logs[k]
-          same &= all(x.shape == runs[0].shape and np.array_equal(x[:, :2], runs[0][:, :2]) for x in runs)
-          if same:
-            med[k] = float(tokens[k] / np.median(np.stack([x[:, 2] for x in runs]), axis=0).sum())
-          else:
-            med[k] = float(np.median([tokens[k] / x[:, 2].sum() for x in runs]))
-        th = {k: [float(tokens[k] / x[:, 2].sum()) for x in logs[k]] for k in kinds}
-        pred = E.crossover_prediction(model, mu_l, mu_o, c)
-        eb_faster = med["EB"] > med["MB"]
-        cells.append({"mu_l": mu_l, "mu_o": mu_o, "c": c, "throughput_median": med, "throughput_runs": th,
-                      "steps": {k: int(len(logs[k][0])) for k in kinds}, "identical_repeats": bool(same),
-                      "predicted_eb": bool(pred), "measured_eb_faster": bool(eb_faster),
-                      "match": bool(pred == eb_faster), "eb_over_mb": med["EB"] / med["MB"],
-                      "ebplus_over_mb": med["EB+"] / med["MB"],
-                      "ebplus_over_best": med["EB+"] / max(med["MB"], med["EB"]),
-                      "ebplus_eb_step_share": float(eb_share)})
-  n = len(cells)
-  matches = sum(x["match"] for x in cells)
-  # Noise floor: where EB+ never left MB it ran exactly MB's steps, so |EB+/MB - 1| is timing noise.
-  same_as_mb = [abs(x["ebplus_over_mb"] - 1) for x in cells if x["ebplus_eb_step_share"] == 0.0]
-  floor = float(np.median(same_as_mb)) if same_as_mb else float("nan")
-  decisive = [x for x in cells if not abs(x["eb_over_mb"] - 1) <= floor]
-  return {"cells": cells, "cells_total": n, "matches": matches, "accuracy": matches / n,
-          "noise_floor": floor, "decisive_cells": len(decisive),
-          "decisive_accuracy": (sum(x["match"] for x in decisive) / len(decisive)) if decisive else float("nan"),
-          "always_mb_accuracy": sum(not x["measured_eb_faster"] for x in cells) / n,
-          "median_eb_over_mb": float(np.median([x["eb_over_mb"] for x in cells])),
-          "median_ebplus_over_mb": float(np.median([x["ebplus_over_mb"] for x in cells])),
-          "median_ebplus_over_best": float(np.median([x["ebplus_over_best"] for x in cells])),
+  def grid(wseed):
+    cells = []
+    kinds = ("MB", "EB", "EB+")
+    for mu_l in ecfg.mu_l:
+      for mu_o in ecfg.mu_o:
+        wl = W.Workload(float(mu_l), float(mu_o), jitter=ecfg.jitter, output_dist=ecfg.output_dist)
+        for c in ecfg.concurrency:
+          n_req = max(ecfg.min_requests, ecfg.requests_per_client * c)
+          logs = {k: [] for k in kinds}
+          tokens, eb_share = {}, 0.0
+          for rep in range(ecfg.repeats):
+            # Interleaved, with the order rotated each repeat to cancel order effects.
+            for k in kinds[rep % 3:] + kinds[:rep % 3]:
+              eng.reset()
+              r = simulator.simulate(make(k, c), eng, wl, concurrency=c, num_requests=n_req, seed=wseed,
+                                     capacity=eng.capacity, num_slots=c, warmup_frac=0.0)
+              logs[k].append(np.asarray(eng.step_log, np.float64))
+              tokens[k] = r.overall_throughput * r.duration
+              if k == "EB+":
+                eb_share = r.eb_step_share
+          # Schedules do not depend on time, so the repeats run the same steps: the
+          # step-wise median over repeats filters out spikes from other load.
+          med, same = {}, True
+          for k in kinds:
+            runs = logs[k]
+            same &= all(x.shape == runs[0].shape and np.array_equal(x[:, :2], runs[0][:, :2]) for x in runs)
+            if same:
+              med[k] = float(tokens[k] / np.median(np.stack([x[:, 2] for x in runs]), axis=0).sum())
+            else:
+              med[k] = float(np.median([tokens[k] / x[:, 2].sum() for x in runs]))
+          th = {k: [float(tokens[k] / x[:, 2].sum()) for x in logs[k]] for k in kinds}
+          pred = E.crossover_prediction(model, mu_l, mu_o, c)
+          eb_faster = med["EB"] > med["MB"]
+          cells.append({"mu_l": mu_l, "mu_o": mu_o, "c": c, "throughput_median": med, "throughput_runs": th,
+                        "steps": {k: int(len(logs[k][0])) for k in kinds}, "identical_repeats": bool(same),
+                        "predicted_eb": bool(pred), "measured_eb_faster": bool(eb_faster),
+                        "match": bool(pred == eb_faster), "eb_over_mb": med["EB"] / med["MB"],
+                        "ebplus_over_mb": med["EB+"] / med["MB"],
+                        "ebplus_over_best": med["EB+"] / max(med["MB"], med["EB"]),
+                        "ebplus_eb_step_share": float(eb_share)})
+    n = len(cells)
+    matches = sum(x["match"] for x in cells)
+    # Noise floor: where EB+ never left MB it ran exactly MB's steps, so |EB+/MB - 1| is timing noise.
+    same_as_mb = [abs(x["ebplus_over_mb"] - 1) for x in cells if x["ebplus_eb_step_share"] == 0.0]
+    floor = float(np.median(same_as_mb)) if same_as_mb else float("nan")
+    decisive = [x for x in cells if not abs(x["eb_over_mb"] - 1) <= floor]
+    return {"cells": cells, "cells_total": n, "matches": matches, "accuracy": matches / n,
+            "noise_floor": floor, "decisive_cells": len(decisive),
+            "decisive_accuracy": (sum(x["match"] for x in decisive) / len(decisive)) if decisive else float("nan"),
+            "always_mb_accuracy": sum(not x["measured_eb_faster"] for x in cells) / n,
+            "median_eb_over_mb": float(np.median([x["eb_over_mb"] for x in cells])),
+            "median_ebplus_over_mb": float(np.median([x["ebplus_over_mb"] for x in cells])),
+            "median_ebplus_over_best": float(np.median([x["ebplus_over_best"] for x in cells])),
+            "repeats": ecfg.repeats, "calibration": calib}
+
+  per_seed = [grid(w) for w in workload_seeds]
+  for summary, w in zip(per_seed, workload_seeds, strict=True):
+    summary["workload_seed"] = w
+  return {**per_seed[0], "per_seed": per_seed,
           "repeats": ecfg.repeats, "calibration": calib, "compiles_warmup": compiles_warm,
           "compiles_after_warmup": eng.compiles - compiles_warm, "compile_seconds": t_compile,
           "seconds": time.time() - t0}
