@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxlab-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench notebooks clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m launch.bench --out=runs/bench/bench.json
+
+# Executes every notebook in colabs/ on its smoke setting and saves its outputs in place
+# (NOTEBOOKS=quickstart,fp4 runs only those).
+notebooks: $(STAMP)
+	$(BIN)/python -m launch.notebooks $(if $(NOTEBOOKS),--only=$(NOTEBOOKS))
 
 clean:
 	rm -rf runs .pytest_cache
