@@ -2,6 +2,8 @@
 
 Public API:
   eco_adamw, eco_sgdm            ECO (arXiv 2601.22101) as optax transforms
+  apply_eco                      lands ECO's float updates on the QParam tree
+  injectable                     optax.inject_hyperparams for ECO (float32, static format)
   naive_adamw, naive_sgdm        master-weight removal without compensation
   exact_ef_adamw, exact_ef_sgdm  exact error feedback (stores e)
   master_adamw, master_sgdm      FP32 master-weight references
@@ -17,7 +19,7 @@ Example:
   >>> state = tx.init(params)
   >>> grads = {"w": jnp.ones((32, 8)), "b": jnp.ones(8)}
   >>> updates, state = tx.update(grads, state, params)
-  >>> params = optax.apply_updates(params, updates)
+  >>> params = optim.apply_eco(params, updates)
 """
 
 from jaxlab.optim.baselines import (
@@ -28,7 +30,16 @@ from jaxlab.optim.baselines import (
     naive_adamw,
     naive_sgdm,
 )
-from jaxlab.optim.eco import INJECTIONS, EcoAdamWState, EcoSgdmState, eco_adamw, eco_sgdm
+from jaxlab.optim.eco import (
+    INJECTIONS,
+    STATIC_ARGS,
+    EcoAdamWState,
+    EcoSgdmState,
+    apply_eco,
+    eco_adamw,
+    eco_sgdm,
+    injectable,
+)
 from jaxlab.optim.quantizers import (
     F32,
     QUANTIZERS,
@@ -44,8 +55,8 @@ from jaxlab.optim.quantizers import (
 )
 
 __all__ = [
-    "F32", "INJECTIONS", "QUANTIZERS", "EcoAdamWState", "EcoSgdmState", "QParam", "Quantizer",
-    "bits_delta", "check_qparams", "dequantize_params", "eco_adamw", "eco_sgdm", "exact_ef_adamw",
-    "exact_ef_sgdm", "fake_quant_params", "is_qparam", "master_adamw", "master_sgdm",
+    "F32", "INJECTIONS", "QUANTIZERS", "STATIC_ARGS", "EcoAdamWState", "EcoSgdmState", "QParam",
+    "Quantizer", "apply_eco", "bits_delta", "check_qparams", "dequantize_params", "eco_adamw", "eco_sgdm", "exact_ef_adamw",
+    "exact_ef_sgdm", "fake_quant_params", "injectable", "is_qparam", "master_adamw", "master_sgdm",
     "naive_adamw", "naive_sgdm", "quantize_params", "static_bytes",
 ]

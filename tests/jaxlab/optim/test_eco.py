@@ -33,7 +33,7 @@ def _step_fn(tx):
   @jax.jit
   def step(p, s, g):
     u, s = tx.update(g, s, p)
-    return optax.apply_updates(p, u), s
+    return optim.apply_eco(p, u), s
   return step
 
 
@@ -97,7 +97,7 @@ def test_sgdm_injection_sign_by_hand():
   tx = optim.eco_sgdm(0.01, 0.9, quantizer=q, stochastic_rounding=False)
   s = tx.init(p)
   u, s = tx.update({"w": jnp.ones((2, 2))}, s, p)
-  p = optax.apply_updates(p, u)
+  p = optim.apply_eco(p, u)
   # M~ = 1, W~ = -0.01 -> Q = 0, e = -0.01; M = 1 + (1/0.01)(1 - 1/0.9)(-0.01) = 1/0.9.
   np.testing.assert_array_equal(p["w"].codes, 0)
   np.testing.assert_allclose(s.mu["w"], 1.0 / 0.9, rtol=1e-6)
@@ -123,7 +123,7 @@ def test_adamw_injection_bias_correction_and_weight_decay_by_hand():
   s = tx.init(p)
   for _ in range(2):  # step 2 exercises t = 2 in the bias corrections
     u, s = tx.update({"w": jnp.asarray(g)}, s, p)
-    p = optax.apply_updates(p, u)
+    p = optim.apply_eco(p, u)
   # Hand computation (float64).
   w, m, v = w0.astype(np.float64), np.zeros((2, 2)), np.zeros((2, 2))
   for t in (1, 2):
@@ -150,7 +150,7 @@ def test_no_recompilation_on_step_two_and_extra_args_ignored():
   def step(p, s, g):
     traces.append(1)
     u, s = tx.update(g, s, p, unexpected_extra_arg_the_optimizer_does_not_expect=1)
-    return optax.apply_updates(p, u), s
+    return optim.apply_eco(p, u), s
 
   p = optim.quantize_params(w0, q)
   s = tx.init(p)
@@ -231,8 +231,11 @@ def test_sr_steps_stay_in_format_and_consume_the_key():
 def test_dtype_mismatch_raises_clear_error():
   w0 = _params()
   tx = optim.eco_adamw(1e-3, quantizer=FP8_ROW)
+  s0 = tx.init(w0)  # init reads shapes only: the float view is accepted (optax.MultiSteps)
   with pytest.raises(ValueError, match=r"params\['b'\] is a plain array of dtype float32"):
-    tx.init(w0)
+    tx.update(_grads(0, w0), s0, w0)  # the update lands on QParams: it needs them
+  with pytest.raises(ValueError, match="QParam tree or its float view"):
+    tx.init(jax.tree.map(lambda x: x.astype(jnp.int32), w0))
   p_int4 = optim.quantize_params(w0, INT4)
   with pytest.raises(ValueError, match="optimizer's quantizer"):
     tx.init(p_int4)
@@ -273,7 +276,7 @@ def test_inject_hyperparams_in_chain_matches_direct_schedule():
   u, sc2 = tx_c.update(_grads(0, w0), sc, pa)
   # lr 0: W~ = W; only a recomputed scale may move by an ulp (amax * fl(1/448) rounding).
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
-               optim.dequantize_params(optax.apply_updates(pa, u)), optim.dequantize_params(pa))
+               optim.dequantize_params(optim.apply_eco(pa, u)), optim.dequantize_params(pa))
   assert bool(jnp.all(jnp.isfinite(sc2.inner_state.mu["w"])))
   # Without hyperparam_dtype the learning rate would become an integer: refused clearly.
   tx_bad = optax.inject_hyperparams(optim.eco_adamw, static_args=("stochastic_rounding",))(
@@ -315,7 +318,8 @@ def test_static_bytes_counts_real_storage():
   assert optim.static_bytes(int4) == 64 * 48 // 2 + 48 * 2 * 4 + 48 * 4
   tx = optim.eco_adamw(1e-3, quantizer=FP8_ROW)
   st = tx.init(fp8)
-  assert optim.static_bytes(st) == 4 + 2 * 4 * (64 * 48 + 48) + 8   # count, mu, nu, raw key
+  # count, mu, nu, raw key, skipped counter, landing fingerprint
+  assert optim.static_bytes(st) == 4 + 2 * 4 * (64 * 48 + 48) + 8 + 4 + 4
   assert optim.static_bytes(optim.exact_ef_adamw(1e-3, quantizer=FP8_ROW).init(fp8)) == (
       optim.static_bytes(st) + 4 * (64 * 48 + 48))
 
