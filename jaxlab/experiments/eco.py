@@ -1,18 +1,23 @@
 """Experiment `eco`: training without master weights (ECO, quantization.md §2).
 
 (a) Convex toy (least squares, uniform grid, SGDM): distance of the deployed
-on-grid weights to the optimum, per arm and learning rate, averaged over the
-last 10% of the steps and over 3 problems; the master arm (FP32 master
-weights, gradients through the RTN-quantized forward, the spec's reference)
-deploys Q_RTN(W_master), so every arm is measured on grid weights and shares
-the floor |Q(w*) - w*| (jaxlab interpretation of the toy's metric).
-Gradients are exact (full batch), H = curvature * A^T A / rows.
-(b) Tiny byte LM with FP8 E4M3 / INT4 weights and AdamW: val bits/byte vs
-static bytes per parameter (params + optimizer state,
-counted from the actual pytrees), and a memory-vs-loss Pareto plot.
-Arms: master (FP32 master + quantized forward), naive-RTN, naive-SR, ECO-RTN,
-ECO-SR, exact-EF (SR). The master arm evaluates Q_RTN(W_master) (the weights
-its quantized forward uses); 1-D leaves stay FP32 in every arm (`lm.min_ndim`).
+on-grid weights to the optimum, per arm, learning rate and problem, averaged
+over the last 10% of the steps; the master arm (FP32 master weights,
+gradients through the RTN-quantized forward, the spec's reference) deploys
+Q_RTN(W_master), so every arm is measured on grid weights and shares the floor
+|Q(w*) - w*| (jaxlab interpretation of the toy's metric). Gradients are exact
+(full batch), H = curvature * A^T A / rows.
+(b) Tiny byte LM with FP8 E4M3 / INT4 weights and AdamW, one run per arm and
+seed (`config.seeds`, paired across arms), through the whole warmup-cosine
+schedule: val bits/byte at mid-run and at the end, static bytes per parameter
+(params + optimizer state, counted from the actual pytrees), and a
+memory-vs-loss Pareto plot. Arms: master (FP32 master + quantized forward),
+naive-RTN, naive-SR, ECO-RTN, ECO-SR, exact-EF (SR). The master arm evaluates
+Q_RTN(W_master) (the weights its quantized forward uses); 1-D leaves stay FP32
+in every arm (`lm.min_ndim`).
+
+The verdict is `jaxlab.report.judge_all` over the criteria declared in
+`config.criteria` (per-seed values from `_measure`); static bytes are facts.
 """
 
 import dataclasses
@@ -163,30 +168,32 @@ def _quantizer(fmt: str, lm_cfg: ml_collections.ConfigDict) -> optim.Quantizer:
   raise ValueError(f"lm.formats entries must be 'fp8_e4m3' or 'int4', got {fmt!r}")
 
 
-def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, model) -> dict:
-  """Trains one arm; returns val bits/byte (deployed weights) and static bytes."""
+def _lm_program(config: ml_collections.ConfigDict, arm: str, fmt: str, model) -> dict[str, Any]:
+  """One (arm, format)'s optimizer, jitted step and deployed-weights function.
+
+  Every seed of the arm runs through the same jitted `step` (one compile per
+  arm and format): a seed changes only arguments (init weights, batches, and
+  the SR key, which ECO carries in its state; its update never reads the
+  factory's `key`).
+  """
   L, t, o = config.lm, config.train, config.optimizer
   quant = _quantizer(fmt, L)
   sched = train.make_schedule(o, t.num_steps)
-  init_tokens = jnp.zeros((1, t.seq_len), jnp.int32)
-  w0 = nn.meta.unbox(model.init(jax.random.key(config.seed), init_tokens)["params"])
   loss_of = train_lm.next_byte_loss(model)
   adam_kw = dict(b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
   clip = optax.clip_by_global_norm(o.grad_clip)
+
   if arm == "master":
-    tx = optax.chain(clip, optim.master_adamw(sched, **adam_kw))
-    params = w0
+    make_tx = lambda seed: optax.chain(clip, optim.master_adamw(sched, **adam_kw))
+    to_params = lambda w0: w0
     forward = lambda p: optim.fake_quant_params(p, quant, min_ndim=L.min_ndim)
   else:
     inj, sr = _INJECTION[arm]
-    tx = optax.chain(clip, optim.eco_adamw(sched, **adam_kw, quantizer=quant,
-                                           stochastic_rounding=sr, key=config.seed,
-                                           injection=inj))
-    params = optim.quantize_params(w0, quant, min_ndim=L.min_ndim)
+    make_tx = lambda seed: optax.chain(clip, optim.eco_adamw(
+        sched, **adam_kw, quantizer=quant, stochastic_rounding=sr, key=seed, injection=inj))
+    to_params = lambda w0: optim.quantize_params(w0, quant, min_ndim=L.min_ndim)
     forward = optim.dequantize_params
-  state = tx.init(params)
-  num_params = sum(int(x.size) for x in jax.tree.leaves(w0))
-  static = optim.static_bytes(params, state)
+  tx = make_tx(0)
 
   @jax.jit
   def step(params, state, batch):
@@ -197,82 +204,141 @@ def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, mod
     u, state = tx.update(g, state, params)
     return optim.apply_eco(params, u), state, loss
 
+  return {"make_tx": make_tx, "to_params": to_params, "step": step, "deploy": jax.jit(forward)}
+
+
+def _val_bits_per_byte(loss_fn, weights, corpus, config: ml_collections.ConfigDict) -> float:
+  """Val bits/byte on fixed windows (`config.eval`); `loss_fn` is jitted once for all arms."""
+  e = config.eval
+  total = 0.0
+  for i in range(e.num_batches):
+    batch = data.lm_batch(corpus.val, i, batch_size=e.batch_size, seq_len=config.train.seq_len,
+                          seed=e.seed)
+    total += float(loss_fn(weights, batch, None)[0])
+  return total / e.num_batches / math.log(2)
+
+
+def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, model, seed: int = 0,
+              program: dict[str, Any] | None = None, loss_fn=None) -> dict:
+  """Trains one arm on one seed through the whole LR schedule.
+
+  Returns val bits/byte of the deployed weights at mid-run (`num_steps // 2`)
+  and at the end, static bytes (params + optimizer state, from the pytrees),
+  the final train loss and the number of updates ECO skipped as non-finite. A
+  diverged seed reports NaN (counted as missing by the verdict, never dropped).
+  """
+  t = config.train
+  program = program or _lm_program(config, arm, fmt, model)
+  loss_fn = loss_fn or jax.jit(train_lm.next_byte_loss(model))
+  w0 = nn.meta.unbox(model.init(jax.random.key(seed), jnp.zeros((1, t.seq_len), jnp.int32))
+                     ["params"])
+  params = program["to_params"](w0)
+  state = program["make_tx"](seed).init(params)
+  num_params = sum(int(x.size) for x in jax.tree.leaves(w0))
+  static = optim.static_bytes(params, state)
+  step, deploy = program["step"], program["deploy"]
+
   t0 = time.perf_counter()
-  losses = []
+  losses, mid = [], math.nan
   for i in range(t.num_steps):
-    batch = data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len,
-                          seed=config.seed)
+    if i == t.num_steps // 2:
+      mid = _val_bits_per_byte(loss_fn, deploy(params), corpus, config)
+    batch = data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len, seed=seed)
     params, state, loss = step(params, state, batch)
     losses.append(loss)  # kept on device: no host sync per step
-  weights = jax.jit(forward)(params)
-  bpb = train_lm.eval_bits_per_byte(model, weights, corpus.val,
-                                    batch_size=config.eval.batch_size, seq_len=t.seq_len,
-                                    num_batches=config.eval.num_batches, seed=config.eval.seed)
-  return {"val_bits_per_byte": bpb, "static_bytes": static,
+  bpb = _val_bits_per_byte(loss_fn, deploy(params), corpus, config)
+  # optax.chain's state is a tuple; ECO's (the last transform) counts skipped updates.
+  skipped = int(getattr(state[-1], "skipped", 0))
+  return {"val_bits_per_byte": bpb, "val_bits_per_byte_mid": mid, "static_bytes": static,
           "bytes_per_param": static / num_params, "num_params": num_params,
           "final_train_loss": float(np.mean(np.asarray(jax.device_get(losses[-10:]), np.float64))),
-          "train_s": time.perf_counter() - t0}
+          "skipped_updates": skipped, "train_s": time.perf_counter() - t0}
 
 
 def tiny_lm(config: ml_collections.ConfigDict, cache: train.ArmCache) -> dict:
-  """Every (format, arm) of the LM study; finished arms come from `cache`."""
+  """Every (format, arm, seed) of the LM study; finished ones come from `cache`.
+
+  Returns {format: {arm: [per-seed result, in the order of `config.seeds`]}}.
+  """
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   model = train_lm.make_model(config)
-  shared = train.config_hash(config.seed, config.data, config.model, config.train,
-                             config.optimizer, config.eval,
+  loss_fn = jax.jit(train_lm.next_byte_loss(model))
+  shared = train.config_hash(config.data, config.model, config.train, config.optimizer,
+                             config.eval,
                              {k: v for k, v in config.lm.items() if k not in ("formats", "arms")})
-  out = {}
+  out: dict[str, dict[str, list]] = {}
   for fmt in config.lm.formats:
-    out[fmt] = {arm: cache.get_or_run(f"lm_{fmt}_{arm}", shared,
-                                      lambda fmt=fmt, arm=arm: train_arm(config, arm, fmt, corpus,
-                                                                         model))
-                for arm in config.lm.arms}
+    out[fmt] = {}
+    for arm in config.lm.arms:
+      programs: dict[str, Any] = {}  # built on the first seed not in the cache
+
+      def run_seed(seed, fmt=fmt, arm=arm, programs=programs):
+        if not programs:
+          programs["p"] = _lm_program(config, arm, fmt, model)
+        return train_arm(config, arm, fmt, corpus, model, seed, programs["p"], loss_fn)
+
+      out[fmt][arm] = [cache.get_or_run(f"lm_{fmt}_{arm}_seed{s}", shared,
+                                        lambda s=s, run_seed=run_seed: run_seed(s))
+                       for s in config.seeds]
   return out
 
 
-# ----------------------------------------------------------------------------- verdicts
+# ----------------------------------------------------------------------------- measurements
 
 
-def _verdicts(toy: dict, lm: dict, claims) -> dict[str, Any]:
-  v: dict[str, Any] = {}
+def _measure(toy: dict, lm: dict) -> dict[str, Any]:
+  """Per-seed values of every criterion whose arms ran (paired by seed, NaN = missing)."""
+  m: dict[str, Any] = {}
   t = toy["table"]
+  settings = toy["settings"]
+  consts = settings[:-1]
+
+  def per_seed(arm, s):
+    return np.asarray(t[arm][s]["dist_per_seed"], np.float64)
+
   if "master" in t:
-    ratios = {arm: {s: t[arm][s]["dist"] / t["master"][s]["dist"] for s in toy["settings"]}
-              for arm in t if arm != "master"}
-    v["toy_ratio_to_master"] = ratios
-    eco_arms = [a for a in ("eco_rtn", "eco_sr") if a in ratios]
-    v["toy_eco_within"] = bool(eco_arms) and all(
-        r <= claims.toy_ratio for a in eco_arms for r in ratios[a].values())
-    # Each ECO arm's worst setting, so a failed check says where it failed.
-    v["toy_eco_worst"] = {a: max(((round(r, 3), s) for s, r in ratios[a].items()),
-                                 key=lambda x: x[0]) for a in eco_arms}
-    if "naive_rtn" in t:
-      # Stalled: no weight moved in the second half of the run while master is >= 2x closer.
-      half = toy["num_steps"] // 2
-      stalled = {s: bool(t["naive_rtn"][s]["last_move"] < half
-                         and ratios["naive_rtn"][s] >= claims.toy_ratio) for s in toy["settings"]}
-      v["toy_naive_rtn_stalled"] = stalled
-      small = [s for s in toy["settings"][:-1] if float(s) <= 1e-3]
-      v["toy_naive_rtn_stalls"] = bool(small) and all(stalled[s] for s in small)
-    if "naive_sr" in t:
-      consts = toy["settings"][:-1]
-      d = [t["naive_sr"][s]["dist"] for s in consts]
-      v["toy_naive_sr_grew"] = bool(d[-1] > d[0])
+    for arm, name in (("eco_sr", "toy_eco_sr_within_2x"), ("eco_rtn", "toy_eco_rtn_within_2x")):
+      if arm in t:
+        m[name] = np.max([per_seed(arm, s) / per_seed("master", s) for s in settings], axis=0)
+    small = [s for s in consts if float(s) <= 1e-3]
+    if "naive_rtn" in t and small:
+      m["toy_naive_rtn_stalls"] = np.min(
+          [per_seed("naive_rtn", s) / per_seed("master", s) for s in small], axis=0)
+  if "naive_sr" in t and len(consts) >= 2:
+    by_lr = sorted(consts, key=float)
+    m["toy_naive_sr_grows"] = per_seed("naive_sr", by_lr[0]) / per_seed("naive_sr", by_lr[-1])
+
+  def bpb(fmt, arm, key="val_bits_per_byte"):
+    return np.asarray([r[key] for r in lm[fmt][arm]], np.float64)
+
+  for fmt, tag in (("fp8_e4m3", "fp8"), ("int4", "int4")):
+    arms = lm.get(fmt, {})
+    if "eco_sr" in arms and "master" in arms:
+      m[f"lm_{tag}_near_lossless"] = (bpb(fmt, "eco_sr"), bpb(fmt, "master"))
+    if "eco_sr" in arms and "naive_rtn" in arms:
+      m[f"lm_{tag}_pareto_vs_naive"] = (bpb(fmt, "eco_sr"), bpb(fmt, "naive_rtn"))
   fp8 = lm.get("fp8_e4m3", {})
-  if "master" in fp8:
-    m = fp8["master"]["val_bits_per_byte"]
-    if "eco_sr" in fp8:
-      v["lm_fp8_eco_sr_rel_gap"] = (fp8["eco_sr"]["val_bits_per_byte"] - m) / m
-      v["lm_fp8_eco_within"] = bool(v["lm_fp8_eco_sr_rel_gap"] <= claims.lm_rel_gap)
-    if "naive_rtn" in fp8:
-      v["lm_fp8_naive_rtn_rel_gap"] = (fp8["naive_rtn"]["val_bits_per_byte"] - m) / m
-      v["lm_fp8_naive_rtn_worse"] = bool(v["lm_fp8_naive_rtn_rel_gap"] > claims.lm_rel_gap)
-    eco = [a for a in ("eco_sr", "eco_rtn") if a in fp8]
-    if eco:
-      saving = 1.0 - fp8[eco[0]]["static_bytes"] / fp8["master"]["static_bytes"]
-      v["lm_memory_saving"] = saving
-      v["lm_memory_ok"] = bool(saving >= claims.memory_saving)
-  return v
+  if "naive_rtn" in fp8 and "master" in fp8:
+    m["lm_fp8_naive_degrades"] = (bpb("fp8_e4m3", "naive_rtn"), bpb("fp8_e4m3", "master"))
+    gain = {a: bpb("fp8_e4m3", a) - bpb("fp8_e4m3", a, "val_bits_per_byte_mid")
+            for a in ("naive_rtn", "master")}
+    m["lm_fp8_naive_decay_gap"] = (gain["naive_rtn"], gain["master"])
+  return m
+
+
+def _facts(lm: dict) -> list[report.Fact]:
+  """Static bytes per parameter, counted from the pytrees: true by construction."""
+  facts = []
+  for fmt, arms in lm.items():
+    bpp = {a: rs[0]["bytes_per_param"] for a, rs in arms.items()}
+    for a, v in bpp.items():
+      facts.append(report.Fact(f"{fmt}_{a}_bytes", f"{fmt} {a}: static bytes per parameter "
+                               "(params + optimizer state)", round(v, 3), "B/param"))
+    if "master" in bpp and "eco_sr" in bpp:
+      facts.append(report.Fact(
+          f"{fmt}_eco_memory_saving", f"{fmt}: ECO's static memory below master-weight AdamW "
+          "(the spec: ~25%, 9 vs 12 B/param)", round(1.0 - bpp["eco_sr"] / bpp["master"], 4)))
+  return facts
 
 
 def _plots(workdir: str, toy: dict, lm: dict) -> tuple[str, ...]:
@@ -294,29 +360,35 @@ def _plots(workdir: str, toy: dict, lm: dict) -> tuple[str, ...]:
   if lm:
     def draw_pareto(ax):
       for k, (fmt, arms) in enumerate(lm.items()):
-        for arm, r in arms.items():
-          ax.scatter(r["bytes_per_param"], r["val_bits_per_byte"], marker="os"[k % 2],
-                     color=f"C{list(arms).index(arm)}", label=f"{fmt} {arm}")
+        for arm, rs in arms.items():
+          bpb = [r["val_bits_per_byte"] for r in rs]
+          ax.errorbar(rs[0]["bytes_per_param"], np.nanmean(bpb), yerr=_se(bpb),
+                      marker="os"[k % 2], color=f"C{list(arms).index(arm)}",
+                      label=f"{fmt} {arm}")
       ax.set_xlabel("static bytes / parameter (params + optimizer state)")
-      ax.set_ylabel("val bits / byte")
+      ax.set_ylabel("val bits / byte (mean +- SE over seeds)")
       ax.legend(fontsize=6)
     plots.append(report.save_plot(workdir, "eco_pareto.png", draw_pareto))
   return tuple(plots)
 
 
+def _se(x) -> float:
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  return float(x.std(ddof=1) / math.sqrt(x.size)) if x.size >= 2 else math.nan
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs the convex toy and the tiny-LM study; writes results.json."""
+  """Runs the convex toy and the tiny-LM study, judges the config's criteria; writes results.json."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.perf_counter()
   cache = train.ArmCache(workdir)
   toy = convex_toy(config.toy, config.seed, cache)
   toy_s = time.perf_counter() - t0
   lm = tiny_lm(config, cache) if config.lm.formats else {}
-  v = _verdicts(toy, lm, config.claims)
-  checks = [v[k] for k in ("toy_eco_within", "toy_naive_rtn_stalls", "lm_fp8_eco_within",
-                           "lm_fp8_naive_rtn_worse", "lm_memory_ok") if k in v]
-  verdict = ("not measured" if not checks else "held" if all(checks)
-             else "partly held" if any(checks) else "did not hold")
+  measured = _measure(toy, lm)
+  verdict, criteria = report.judge_all(config.criteria, measured)
+  facts = _facts(lm)
 
   def fmt_toy(arm):
     return ", ".join(f"{s}: {toy['table'][arm][s]['dist']:.3f}" for s in toy["settings"])
@@ -324,45 +396,49 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   def fmt_cos(arm):
     return ", ".join(f"{s}: {toy['table'][arm][s]['residual_cos']:.2f}" for s in toy["settings"])
 
+  def fmt_lm(fmt, arm):
+    rs = lm[fmt][arm]
+    bpb = [r["val_bits_per_byte"] for r in rs]
+    return (f"LM {fmt} {arm}: {np.nanmean(bpb):.4f} ± {_se(bpb):.4f} bpb (n={len(rs)}) @ "
+            f"{rs[0]['bytes_per_param']:.3f} B/param")
+
   ours, base = [], []
-  if "eco_sr" in toy["table"] or "eco_rtn" in toy["table"]:
-    for a in ("eco_rtn", "eco_sr"):
-      if a in toy["table"]:
-        ours.append(f"toy {a} |W-w*| {fmt_toy(a)}")
-  if "master" in toy["table"]:
-    base.append(f"toy master {fmt_toy('master')}")
-  for a in ("naive_rtn", "naive_sr"):
+  for a in ("eco_rtn", "eco_sr"):
+    if a in toy["table"]:
+      ours.append(f"toy {a} |W-w*| {fmt_toy(a)}")
+  for a in ("master", "naive_rtn", "naive_sr", "exact_ef"):
     if a in toy["table"]:
       base.append(f"toy {a} {fmt_toy(a)}")
   for fmt, arms in lm.items():
-    for arm, r in arms.items():
-      line = (f"LM {fmt} {arm}: {r['val_bits_per_byte']:.4f} bpb @ "
-              f"{r['bytes_per_param']:.3f} B/param")
-      (base if arm in ("master", "naive_rtn", "naive_sr") else ours).append(line)
+    for arm in arms:
+      (base if arm in ("master", "naive_rtn", "naive_sr") else ours).append(fmt_lm(fmt, arm))
+  skipped = sum(r["skipped_updates"] for arms in lm.values() for rs in arms.values() for r in rs)
   details = (
       f"preset={config.preset}; toy: d={config.toy.dim}, grid step {config.toy.grid_step:g} "
       f"(grid floor {toy['grid_floor']:.3f}, start {toy['init_dist']:.2f}), SGDM "
       f"beta={config.toy.momentum}, {config.toy.num_steps} steps, |W-w*| averaged over the last "
-      f"{config.toy.tail_fraction:.0%} of steps and {len(toy['seeds'])} problem(s), master "
-      f"gradients through the {config.toy.master_forward} forward; cosine of consecutive "
-      f"residuals e_t, e_t+1 (ECO's premise E_t ~ E_t+1) per lr: "
-      + "; ".join(f"{a} {fmt_cos(a)}" for a in ("eco_rtn", "eco_sr") if a in toy["table"])
-      + "; verdict checks: "
-      + "; ".join(f"{k}={v[k]!r}" for k in ("toy_eco_within", "toy_eco_worst",
-                                            "toy_naive_rtn_stalls", "toy_naive_sr_grew",
-                                            "lm_fp8_eco_sr_rel_gap", "lm_fp8_eco_within",
-                                            "lm_fp8_naive_rtn_rel_gap", "lm_fp8_naive_rtn_worse",
-                                            "lm_memory_saving", "lm_memory_ok") if k in v)
-      + ". 'held' needs every measured check true (ECO <= 2x master at every toy lr, naive RTN "
-      "stalled at lr <= 1e-3, FP8 ECO-SR within 2% of master, naive RTN > 2% worse, ECO static "
-      "memory >= 20% below master AdamW); the paper's own numbers were not retrieved.")
+      f"{config.toy.tail_fraction:.0%} of steps, {len(toy['seeds'])} problems (the toy "
+      f"criteria's paired seeds), master gradients through the {config.toy.master_forward} "
+      f"forward; cosine of consecutive residuals e_t, e_t+1 (ECO's premise E_t ~ E_t+1) per "
+      "lr: " + "; ".join(f"{a} {fmt_cos(a)}" for a in ("eco_rtn", "eco_sr") if a in toy["table"])
+      + f". LM: {config.train.num_steps} steps of batch {config.train.batch_size} x "
+      f"{config.train.seq_len} bytes, {config.optimizer.schedule} (peak "
+      f"{config.optimizer.learning_rate:g}, warmup {config.optimizer.warmup_steps}, end "
+      f"{config.optimizer.end_frac:g} x peak) run to its end; seeds {tuple(config.seeds)} paired "
+      f"across arms (init, data order, SR stream); updates ECO skipped as non-finite: {skipped}. "
+      "Criteria are judged on paired seeds (effect ± SE, 2 SE rule); static bytes are facts. "
+      "The paper's own loss numbers were not retrieved.")
   row = report.ReportRow(
       method="ECO: quantized training without FP32 master weights (arXiv 2601.22101)",
-      paper_claim=("near-lossless vs master weights with ~25% less static memory; naive "
-                   "master-weight removal degrades (error grows as lr decays)"),
+      paper_claim=("\"ECO matches baselines with master weights up to near-lossless accuracy, "
+                   "significantly shifting the static memory vs validation loss Pareto "
+                   "frontier\"; \"converges to a constant-radius neighborhood of the optimum, "
+                   "while naive master-weight removal can incur an error that is inversely "
+                   "proportional to the learning rate\""),
       baseline="; ".join(base), ours="; ".join(ours), verdict=verdict, details=details,
-      plots=_plots(workdir, toy, lm))
-  results = {"toy": toy, "lm": lm, "verdicts": v, "toy_s": toy_s,
+      plots=_plots(workdir, toy, lm), criteria=criteria, facts=facts)
+  results = {"toy": toy, "lm": lm, "criteria": [dataclasses.asdict(r) for r in criteria],
+             "facts": [dataclasses.asdict(f) for f in facts], "toy_s": toy_s,
              "total_s": time.perf_counter() - t0, "report": dataclasses.asdict(row)}
   report.write_results(workdir, results)
   return results
