@@ -5,7 +5,11 @@ overridden with `--config.a.b=value` (unknown keys are refused with a one-line
 error). The run resumes from `--workdir` if it holds a checkpoint of the same
 config; a workdir of a different config is refused (the differing fields are
 listed) unless `--overwrite` deletes it first (`jaxlab.train.workdir`).
-`--jax_distributed` initialises JAX's multi-host runtime first.
+`--jax_distributed` initialises JAX's multi-host runtime first (auto-detected
+cluster, or `--coordinator_address`, `--num_processes`, `--process_id`, which
+imply it); a process that cannot reach the coordinator within
+`--distributed_timeout_s` exits 1 with a one-line error, never hangs. In a
+multi-process run only process 0 writes config.json, metrics and results.
 
 Exit status: 0 on success; 1 on any failure (a bad config, a failed checkpoint
 save, a loss that became non-finite), within seconds: a failure never waits on
@@ -14,8 +18,10 @@ background checkpoint threads for more than `_EXIT_GRACE_S`.
 
 import json
 import os
+import socket
 import sys
 import threading
+import time
 import traceback
 
 from absl import app, flags, logging
@@ -29,7 +35,23 @@ _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "If --workdir holds a run of a different config, delete its contents "
     "(checkpoints, metrics, results, caches) and start over instead of refusing.")
 _DISTRIBUTED = flags.DEFINE_bool(
-    "jax_distributed", False, "Call jax.distributed.initialize() (multi-host runs).")
+    "jax_distributed", False, "Call jax.distributed.initialize() (multi-host runs); without "
+    "the three flags below, JAX auto-detects the cluster (Cloud TPU, SLURM, MPI, ...).")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0's coordinator service (implies "
+    "--jax_distributed), e.g. 10.0.0.1:1234. Default: auto-detected.")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Number of processes of the run (implies --jax_distributed). "
+    "Default: auto-detected.", lower_bound=1)
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index in [0, num_processes) (implies "
+    "--jax_distributed). Default: auto-detected.", lower_bound=0)
+_DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
+    "distributed_timeout_s", 300, "Seconds to wait for the coordinator and the other "
+    "processes at start-up; past it the process exits 1.", lower_bound=1)
+_CPU_COLLECTIVES = flags.DEFINE_string(
+    "cpu_collectives", "gloo", "jax_cpu_collectives_implementation for multi-process CPU runs "
+    "('gloo', 'mpi' or 'none'); ignored on one process.")
 
 # After a failure, interpreter shutdown may wait on non-daemon threads of a
 # failed orbax save; past this many seconds the process exits(1) anyway.
@@ -72,14 +94,69 @@ def _exit_soon_on_failure() -> None:
   timer.start()
 
 
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+  """Returns once `address` accepts TCP connections; exits 1 at `timeout_s`.
+
+  jax's own client aborts the interpreter (SIGABRT, a C++ stack trace) when
+  registration times out; probing first turns the common failure (wrong
+  address, coordinator not started) into a one-line error.
+  """
+  host, _, port = address.rpartition(":")
+  if not host or not port.isdigit():
+    sys.stderr.write(f"FATAL --coordinator_address must be host:port, got {address!r}\n")
+    sys.exit(1)
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+        return
+    except OSError as e:
+      if time.monotonic() >= deadline:
+        sys.stderr.write(f"FATAL cannot reach the JAX coordinator at {address} within "
+                         f"{timeout_s:g} s (--distributed_timeout_s): {e}. Start process 0 "
+                         "first and check --coordinator_address.\n")
+        sys.exit(1)
+      time.sleep(0.25)
+
+
+def _initialize_distributed() -> None:
+  """`jax.distributed.initialize` from the flags (explicit values, else auto-detection)."""
+  import jax
+  explicit = [f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)]
+  if not _DISTRIBUTED.value and not any(explicit):
+    return
+  num, pid = _NUM_PROCESSES.value, _PROCESS_ID.value
+  if num is not None and pid is not None and pid >= num:
+    sys.stderr.write(f"FATAL --process_id={pid} must be < --num_processes={num}\n")
+    sys.exit(1)
+  # CPU devices need a collectives backend to talk across processes (GPU/TPU ignore it).
+  if hasattr(jax.config, "jax_cpu_collectives_implementation"):
+    jax.config.update("jax_cpu_collectives_implementation", _CPU_COLLECTIVES.value)
+  timeout = _DISTRIBUTED_TIMEOUT.value
+  start = time.monotonic()
+  if _COORDINATOR.value is not None and pid is not None and pid != 0:
+    _wait_for_coordinator(_COORDINATOR.value, timeout)
+  logging.info("jax.distributed.initialize(coordinator_address=%s, num_processes=%s, "
+                  "process_id=%s, initialization_timeout=%d s)", _COORDINATOR.value, num, pid,
+                  timeout)
+  try:
+    jax.distributed.initialize(
+        coordinator_address=_COORDINATOR.value, num_processes=num, process_id=pid,
+        initialization_timeout=max(1, int(timeout - (time.monotonic() - start))))
+  except (RuntimeError, ValueError) as e:  # e.g. auto-detection found no cluster
+    sys.stderr.write(f"FATAL jax.distributed.initialize failed: {e}\n")
+    sys.exit(1)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  _initialize_distributed()
   import jax
-  if _DISTRIBUTED.value:
-    jax.distributed.initialize()
+  if jax.process_index() != 0:  # one log (and one summary) per run, from process 0
+    logging.set_verbosity(logging.ERROR)
   from jaxlab import experiments, report
   from jaxlab.train import workdir as workdir_lib
   config = _CONFIG.value
@@ -107,6 +184,8 @@ def main(argv):
     _exit_soon_on_failure()
     raise
   summary = {k: v for k, v in results.items() if k != "report"}
+  if jax.process_index() != 0:
+    return
   print(json.dumps(report.to_jsonable(summary), indent=1, sort_keys=True))
 
 

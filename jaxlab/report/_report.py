@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,10 +73,22 @@ def to_jsonable(x: Any) -> Any:
   return x
 
 
+def _writes_files() -> bool:
+  """False on processes other than 0 of a multi-process JAX run (process 0 writes for all).
+
+  A multi-process run has imported jax (its runtime is what makes it one), so
+  this module need not import it.
+  """
+  jax = sys.modules.get("jax")
+  return jax is None or jax.process_index() == 0
+
+
 def write_results(workdir: str, results: dict[str, Any]) -> str:
-  """Writes `workdir/results.json` atomically and returns its path."""
-  os.makedirs(workdir, exist_ok=True)
+  """Writes `workdir/results.json` atomically (process 0 only) and returns its path."""
   path = os.path.join(workdir, "results.json")
+  if not _writes_files():
+    return path
+  os.makedirs(workdir, exist_ok=True)
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
     json.dump(to_jsonable(results), f, indent=2, sort_keys=True)
@@ -89,7 +102,9 @@ def read_results(workdir: str) -> dict[str, Any]:
 
 
 def save_plot(workdir: str, name: str, draw: Callable[[Any], None]) -> str:
-  """Draws with `draw(ax)` on a fresh figure, saves `workdir/name`, returns `name`."""
+  """Draws with `draw(ax)` on a fresh figure, saves `workdir/name` (process 0 only), returns `name`."""
+  if not _writes_files():
+    return name
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt

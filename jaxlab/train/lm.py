@@ -105,9 +105,12 @@ def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transfor
                          state_sharding=state_sharding, batch_sharding=batch_sharding)
 
   def batch_fn(i):
+    # The global batch of step i is the same on every process (seeded by (seed, i)); each
+    # process hands only its own devices' rows to JAX, so the global array equals the
+    # one-process batch whatever the number of processes.
     batch = data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len,
                           seed=config.seed)
-    return jax.device_put(batch, batch_sharding)
+    return jax.make_array_from_callback(batch.shape, batch_sharding, lambda index: batch[index])
 
   def eval_fn(params):
     return {"bits_per_byte": eval_bits_per_byte(

@@ -79,7 +79,7 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def progress(iterable: Iterable, *, total: int | None = None, desc: str = "", initial: int = 0):
-  """A tqdm bar on stderr, disabled when stderr is not a terminal (CI, logs)."""
+  """A tqdm bar on stderr, disabled off a terminal (CI, logs) and on processes other than 0."""
   from tqdm.auto import tqdm
   return tqdm(iterable, total=total, desc=desc, initial=initial, dynamic_ncols=True,
-              disable=not sys.stderr.isatty(), leave=False)
+              disable=not sys.stderr.isatty() or jax.process_index() != 0, leave=False)
