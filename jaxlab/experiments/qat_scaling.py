@@ -17,23 +17,21 @@ Training is a lean jitted loop (AdamW on `jaxlab.train.warmup_cosine`, clipping
 1.0; the `lm` recipe) rather than `train_lm`: compiling dominates on CPU, so the
 model of each size is built once with `QuantPolicy(runtime_group_sizes=...)`
 and the bits, G and step count of a run are traced arguments: every cell of
-one size shares one compiled program. Each finished run is one arm of a
-`jaxlab.train.ArmCache` in `workdir`, so a killed run resumes at cell
-granularity.
+one size shares one compiled program, and every seed of a cell runs in it at
+once (`jax.vmap` over seeds: init key and batch order). Seed s of every
+precision shares the init and batches of seed s of FP32 (paired). Each
+finished cell is one arm of a `jaxlab.train.ArmCache` in `workdir`, so a
+killed run resumes at cell granularity.
 
-Findings and their computed verdicts (signed-exponent fit on the W4A4 cells,
-Huber + L-BFGS; exponents of axes with a single value are not fitted):
-  * delta falls with N (gamma_N > 0), rises with D (gamma_D > 0), rises with G
-    (gamma_G > 0);
-  * FC2 input is the outlier bottleneck: its input kurtosis is the largest of
-    QKV / O / FC1 / FC2 in both FP32 and W4A4;
-  * the FC2-INT8 fix reduces delta at both rerun group sizes, and more at the
-    coarser one.
-"held" = all measured findings held, "did not hold" = none, else "partly held".
+Verdict: the criteria declared in `configs/qat_scaling.py` (delta falls with
+N, rises with D, rises with G; FC2's input kurtosis is the largest; FC2-INT8
+lowers delta), judged once by `jaxlab.report.judge_all` on the per-seed
+contrasts of `measure`. A diverged seed is NaN (counted as missing). The
+signed-exponent law fit (Huber + L-BFGS, on the seed-mean deltas) is reported
+beside them, not judged: with a handful of cells its exponents are fragile.
 """
 
 import dataclasses
-import math
 import time
 from typing import Any
 
@@ -73,17 +71,17 @@ def non_embedding_params(params: Any) -> int:
 
 
 def make_trainer(model, t: ml_collections.ConfigDict, opt: ml_collections.ConfigDict):
-  """A jitted `train(key, qat, batches, num_steps, val_batches) -> dict` for `model`.
+  """A jitted `train(keys, qat, batches, num_steps, val_batches) -> dict` for `model`.
 
-  key: the init key (parameters are initialized inside the program, so every
-  run with the same key starts from identical weights and init costs no
-  extra compile); qat: the run-time quantization knobs
-  (`jaxlab.quant.runtime_knobs`);
-  batches: int32 [max_steps, B, T+1] (the first `num_steps` are used, in order);
-  num_steps: traced int32 (the schedule of `opt` stretches to it). Knobs and
-  budget are traced, so every precision, G and D of one model size share one
-  compiled program.
-  Returns {"train_loss" (smoothed), "val_loss", "kurtosis" (tree)}.
+  keys: the init keys, one per seed [S] (parameters are initialized inside the
+  program, so every run with the same key starts from identical weights and
+  init costs no extra compile); qat: the run-time quantization knobs
+  (`jaxlab.quant.runtime_knobs`), shared by the seeds;
+  batches: int32 [S, max_steps, B, T+1] (the first `num_steps` are used, in order);
+  num_steps: traced int32 (the schedule of `opt` stretches to it); val_batches:
+  int32 [V, B, T+1], shared. Knobs and budget are traced, so every precision, G
+  and D of one model size share one compiled program; seeds are vmapped.
+  Returns {"train_loss" (smoothed) [S], "val_loss" [S], "kurtosis" (tree of [S])}.
   """
   tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip),
                    optax.scale_by_adam(b1=opt.b1, b2=opt.b2),
@@ -118,17 +116,17 @@ def make_trainer(model, t: ml_collections.ConfigDict, opt: ml_collections.Config
   # Optional cheaper XLA optimization: compile time dominates small CPU runs.
   options = ({"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
              if t.get("fast_compile", False) else None)
-  return jax.jit(train, compiler_options=options)
+  return jax.jit(jax.vmap(train, in_axes=(0, None, 0, None, None)), compiler_options=options)
 
 
-def _kurtosis_table(tree: dict) -> dict[str, float]:
-  """Mean over blocks of the input kurtosis of QKV / O / FC1 / FC2."""
+def _kurtosis_table(tree: dict) -> dict[str, list[float]]:
+  """Per seed, the mean over blocks of the input kurtosis of QKV / O / FC1 / FC2."""
   out = {}
   for label, sub in LINEARS.items():
     group, name = sub.split("/")
-    vals = [float(np.asarray(blk[group][name]["input"])) for key, blk in tree.items()
+    vals = [np.asarray(blk[group][name]["input"], np.float64) for key, blk in tree.items()
             if key.startswith("block_")]
-    out[label] = float(np.mean(vals))
+    out[label] = np.mean(vals, axis=0).tolist()
   return out
 
 
@@ -137,19 +135,28 @@ def _cell_key(size, steps, precision, g, fc2):
 
 
 def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict]:
-  """Trains (or loads from `workdir`'s `ArmCache`) every run of the grid; returns {key: record}."""
+  """Trains (or loads from `workdir`'s `ArmCache`) every cell of the grid for every seed.
+
+  Returns:
+    {cell key: record}; a record's `train_loss`, `val_loss` and each kurtosis entry
+    are per-seed lists in `config.seeds` order (NaN where a seed diverged).
+  """
   gr, t = config.grid, config.train
+  seeds = [int(s) for s in config.seeds]
+  if len(seeds) < 1:
+    raise ValueError(f"config.seeds must name at least one seed, got {config.seeds}")
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   max_steps = max(gr.steps)
-  batches = jnp.asarray(np.stack([
-      data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len, seed=config.seed)
-      for i in range(max_steps)]))
+  # [S, steps, B, T+1]: seed s draws its own batch order; every precision reuses it.
+  batches = jnp.asarray(np.stack([np.stack([
+      data.lm_batch(corpus.train, i, batch_size=t.batch_size, seq_len=t.seq_len, seed=seed)
+      for i in range(max_steps)]) for seed in seeds]))
   val = jnp.asarray(np.stack([
       data.lm_batch(corpus.val, i, batch_size=config.eval.batch_size, seq_len=t.seq_len,
                     seed=config.eval.seed) for i in range(config.eval.num_batches)]))
   cache = train.ArmCache(workdir)
   # What determines a cell besides its own (size, steps, precision, G, FC2) name.
-  shared = train.config_hash(config.seed, config.data, config.model, config.quant, config.train,
+  shared = train.config_hash(seeds, config.data, config.model, config.quant, config.train,
                              config.optimizer, config.eval)
   runs = [("FP32", None, False)]
   runs += [(p, g, False) for p in gr.precisions for g in gr.group_sizes]
@@ -164,38 +171,42 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
     mcfg.update(d_model=size[0], d_ff=size[1])
     model = train_lm.make_model(ml_collections.ConfigDict({"model": mcfg}),
                                 dense=qdense_factory(runtime))
-    # One init key for every precision of this size: all runs start from
-    # identical weights (initialized inside the compiled program).
-    init_key = jax.random.key(config.seed)
-    variables = jax.eval_shape(model.init, init_key, batches[0, :1, :-1])
+    # One init key per seed, shared by every precision of this size: paired runs
+    # start from identical weights (initialized inside the compiled program).
+    init_keys = jnp.stack([jax.random.key(seed) for seed in seeds])
+    variables = jax.eval_shape(model.init, init_keys[0], batches[0, 0, :1, :-1])
     n = non_embedding_params(variables["params"])
     trainer = None
     for precision, g, fc2 in runs:
       for steps in gr.steps:
         key = _cell_key(size, steps, precision, g, fc2)
 
-        def cell(precision=precision, g=g, fc2=fc2, steps=steps, key=key, size=size, n=n,
-                 model=model, variables=variables, init_key=init_key):
+        def cell(precision=precision, g=g, fc2=fc2, steps=steps, size=size, n=n,
+                 model=model, variables=variables, init_keys=init_keys):
           nonlocal trainer
           trainer = trainer or make_trainer(model, t, config.optimizer)
           qat = runtime_knobs(make_policy(config, precision, g, fc2_int8=fc2), variables["qat"])
           t0 = time.time()
-          out = jax.device_get(trainer(init_key, qat, batches, jnp.int32(steps), val))
-          rec = {"d_model": size[0], "d_ff": size[1], "n": n,
-                 "d": steps * t.batch_size * t.seq_len, "steps": steps, "precision": precision,
-                 "group_size": g, "fc2_int8": fc2, "train_loss": float(out["train_loss"]),
-                 "val_loss": float(out["val_loss"]),
-                 "kurtosis": _kurtosis_table(out["kurtosis"]), "seconds": time.time() - t0}
-          if not all(math.isfinite(rec[k]) for k in ("train_loss", "val_loss")):
-            raise ValueError(f"run {key} diverged: {rec}")
-          return rec
+          out = jax.device_get(trainer(init_keys, qat, batches, jnp.int32(steps), val))
+          # A diverged seed stays NaN: judged as missing, never dropped.
+          return {"d_model": size[0], "d_ff": size[1], "n": n,
+                  "d": steps * t.batch_size * t.seq_len, "steps": steps, "precision": precision,
+                  "group_size": g, "fc2_int8": fc2, "seeds": seeds,
+                  "train_loss": np.asarray(out["train_loss"], np.float64).tolist(),
+                  "val_loss": np.asarray(out["val_loss"], np.float64).tolist(),
+                  "kurtosis": _kurtosis_table(out["kurtosis"]), "seconds": time.time() - t0}
 
         records[key] = cache.get_or_run(key, shared, cell)
   return records
 
 
+def _per_seed(values: Any) -> np.ndarray:
+  """A stored per-seed list as float64 (None, from a JSON NaN, becomes NaN)."""
+  return np.array([np.nan if v is None else v for v in values], np.float64)
+
+
 def deltas(config: ml_collections.ConfigDict, records: dict[str, dict]) -> list[dict]:
-  """One row per (size, steps, precision, G): delta (train and val) vs the paired FP32 run."""
+  """One row per (size, steps, precision, G): per-seed delta (train, val) vs the paired FP32."""
   rows = []
   gr = config.grid
   for size in gr.sizes:
@@ -206,20 +217,23 @@ def deltas(config: ml_collections.ConfigDict, records: dict[str, dict]) -> list[
       cells += [("W4A4", g, True) for g in gr.fc2_group_sizes]
       for p, g, fc2 in cells:
         r = records[_cell_key(size, steps, p, g, fc2)]
+        delta = _per_seed(r["train_loss"]) - _per_seed(fp["train_loss"])
         rows.append({"precision": p + ("+FC2int8" if fc2 else ""), "n": r["n"], "d": r["d"],
                      "g": g, "d_model": size[0], "steps": steps,
-                     "delta": r["train_loss"] - fp["train_loss"],
-                     "delta_val": r["val_loss"] - fp["val_loss"],
-                     "fp32_train_loss": fp["train_loss"]})
+                     "delta": delta.tolist(),
+                     "delta_mean": float(np.mean(delta)),
+                     "delta_val": (_per_seed(r["val_loss"]) - _per_seed(fp["val_loss"])).tolist(),
+                     "fp32_train_loss": _per_seed(fp["train_loss"]).tolist()})
   return rows
 
 
 def fit_law(rows: list[dict], precision: str, config: ml_collections.ConfigDict) -> dict | None:
-  """Signed-exponent fit of the law on `precision`'s rows; None if under 3 cells."""
-  sel = [r for r in rows if r["precision"] == precision]
+  """Signed-exponent fit of the law on `precision`'s seed-mean deltas; None if under 3 cells."""
+  sel = [r for r in rows if r["precision"] == precision and np.isfinite(r["delta_mean"])]
   if len(sel) < 3:
     return None
-  n, d, g, dl = (np.array([r[k] for r in sel], np.float64) for k in ("n", "d", "g", "delta"))
+  n, d, g, dl = (np.array([r[k] for r in sel], np.float64)
+                 for k in ("n", "d", "g", "delta_mean"))
   free = tuple(name for name, v in (("gamma_n", n), ("gamma_d", d), ("gamma_g", g))
                if len(np.unique(v)) > 1)
   space = config.fit.space if config.fit.space == "linear" or np.all(dl > 0) else "linear"
@@ -232,24 +246,78 @@ def fit_law(rows: list[dict], precision: str, config: ml_collections.ConfigDict)
           "r2": res.r2, "num_cells": len(sel), "fitted": list(free), "space": space}
 
 
-def findings(fit: dict | None, kurt: dict[str, dict[str, float]], fc2: dict[int, float],
-             fc2_groups: tuple[int, ...]) -> dict[str, str]:
-  """Verdict per finding ("held" / "partly held" / "did not hold" / "not measured")."""
+def _axis_contrast(rows: list[dict], precision: str, axis: str) -> tuple | None:
+  """Per seed: mean delta at the largest `axis` value vs at the smallest (others averaged)."""
+  sel = [r for r in rows if r["precision"] == precision]
+  values = sorted({r[axis] for r in sel})
+  if len(values) < 2:
+    return None
+
+  def at(v):
+    return np.mean([r["delta"] for r in sel if r[axis] == v], axis=0)
+  return at(values[-1]), at(values[0])
+
+
+def kurtosis_by_precision(records: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
+  """Per seed, the input kurtosis of each linear, mean over the cells of FP32 / of W4A4."""
   out = {}
-  for name, key in (("delta falls with N", "gamma_n"), ("delta rises with D", "gamma_d"),
-                    ("delta rises with G", "gamma_g")):
-    value = None if fit is None else fit[key]
-    out[name] = "not measured" if value is None else ("held" if value > 0 else "did not hold")
-  tops = [max(table, key=table.get) == "FC2" for table in kurt.values()]
-  out["FC2 input has the largest kurtosis"] = (
-      "held" if all(tops) else ("partly held" if any(tops) else "did not hold"))
-  reds = [fc2[g] for g in fc2_groups]
-  out["FC2-INT8 reduces delta"] = ("held" if all(r > 0 for r in reds)
-                                   else ("partly held" if any(r > 0 for r in reds)
-                                         else "did not hold"))
+  for label, sel in (("FP32", lambda r: r["precision"] == "FP32"),
+                     ("W4A4", lambda r: r["precision"] == "W4A4" and not r["fc2_int8"])):
+    tables = [r["kurtosis"] for r in records.values() if sel(r)]
+    out[label] = {k: np.mean([_per_seed(tb[k]) for tb in tables], axis=0).tolist()
+                  for k in LINEARS}
+  return out
+
+
+def measure(config: ml_collections.ConfigDict, rows: list[dict],
+            kurt: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """Per-seed (method, baseline) values of every criterion in `configs/qat_scaling.py`.
+
+  Args:
+    config: the experiment config (its grid says which axes were swept).
+    rows: `deltas(...)`, per-seed deltas of every cell.
+    kurt: `kurtosis_by_precision(...)`.
+
+  Returns:
+    criterion name -> (method [seeds], baseline [seeds]) in seed order, or None when the
+    grid does not measure it (one model size: no N contrast; one FC2 group size: no
+    coarse-vs-fine comparison; no W4A16 / W16A4 runs).
+  """
+  gr = config.grid
+
+  def fc2_pair(g):
+    base = np.mean([r["delta"] for r in rows if r["precision"] == "W4A4" and r["g"] == g], 0)
+    fixed = np.mean([r["delta"] for r in rows if r["precision"] == "W4A4+FC2int8"
+                     and r["g"] == g], 0)
+    return fixed, base
+
+  fc2_groups = sorted(int(g) for g in gr.fc2_group_sizes)
+  missing = [g for g in fc2_groups if g not in set(int(x) for x in gr.group_sizes)]
+  if missing:
+    raise ValueError(f"grid.fc2_group_sizes {missing} need W4A4 cells at the same G; add them "
+                     "to grid.group_sizes")
+
+  def top_vs_others(table):
+    others = np.max([table[k] for k in LINEARS if k != "FC2"], axis=0)
+    return np.asarray(table["FC2"], np.float64), others
+
+  out = {"delta_falls_with_n": _axis_contrast(rows, "W4A4", "n"),
+         "delta_rises_with_d": _axis_contrast(rows, "W4A4", "d"),
+         "delta_rises_with_g": _axis_contrast(rows, "W4A4", "g"),
+         "fc2_kurtosis_top_fp32": top_vs_others(kurt["FP32"]),
+         "fc2_kurtosis_top_w4a4": top_vs_others(kurt["W4A4"]),
+         "fc2_int8_lowers_delta": fc2_pair(fc2_groups[-1]) if fc2_groups else None,
+         "fc2_gain_larger_at_coarse_g": None, "w16a4_above_w4a16": None}
   if len(fc2_groups) >= 2:
-    fine, coarse = min(fc2_groups), max(fc2_groups)
-    out["FC2-INT8 helps more at coarse G"] = "held" if fc2[coarse] > fc2[fine] else "did not hold"
+    (cf, cb), (ff, fb) = fc2_pair(fc2_groups[-1]), fc2_pair(fc2_groups[0])
+    out["fc2_gain_larger_at_coarse_g"] = (cb - cf, fb - ff)
+  if {"W4A16", "W16A4"} <= set(gr.precisions):
+    # "At small D/N": the smallest budget, averaged over sizes and G.
+    d0 = min(r["d"] for r in rows)
+
+    def at(p):
+      return np.mean([r["delta"] for r in rows if r["precision"] == p and r["d"] == d0], 0)
+    out["w16a4_above_w4a16"] = (at("W16A4"), at("W4A16"))
   return out
 
 
@@ -267,7 +335,7 @@ def _plots(workdir, rows, fit):
     def draw(ax, axis=axis, label=label, others=others):
       combos = sorted({tuple(r[o] for o in others) for r in sel})
       for i, combo in enumerate(combos):
-        pts = sorted((r[axis], r["delta"]) for r in sel
+        pts = sorted((r[axis], r["delta_mean"]) for r in sel
                      if tuple(r[o] for o in others) == combo)
         xs, ys = zip(*pts, strict=True)
         tag = ", ".join(f"{o}={v:.3g}" for o, v in zip(others, combo, strict=True))
@@ -280,55 +348,50 @@ def _plots(workdir, rows, fit):
                   "-", color=f"C{i % 10}", alpha=0.6)
       ax.set_xscale("log")
       ax.set_xlabel(label)
-      ax.set_ylabel("delta W4A4 (nats/byte)")
+      ax.set_ylabel("delta W4A4 (nats/byte, seed mean)")
       ax.legend(fontsize=6)
     names.append(report.save_plot(workdir, fname, draw))
   return tuple(names)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs the grid, fits the law, and writes `results.json` with the report row."""
+  """Runs the grid for every seed, judges the declared criteria, writes `results.json`."""
   t0 = time.time()
   records = run_cells(config, workdir)
   rows = deltas(config, records)
   gr = config.grid
+  seeds = [int(s) for s in config.seeds]
+  kurt = kurtosis_by_precision(records)
+  row_verdict, criteria = report.judge_all(config.criteria, measure(config, rows, kurt))
   fits = {p: fit_law(rows, p, config) for p in gr.precisions}
   fit = fits.get("W4A4")
-
-  # Kurtosis per linear input, mean over all cells of a precision (FP32; W4A4 at every G).
-  kurt = {}
-  for label, sel in (("FP32", lambda r: r["precision"] == "FP32"),
-                     ("W4A4", lambda r: r["precision"] == "W4A4" and not r["fc2_int8"])):
-    tables = [r["kurtosis"] for r in records.values() if sel(r)]
-    kurt[label] = {k: float(np.mean([tb[k] for tb in tables])) for k in LINEARS}
-
-  # FC2 fix: relative delta reduction at each rerun G, mean over (N, D) cells.
-  fc2, fc2_wins = {}, {}
-  for g in gr.fc2_group_sizes:
-    base = {(r["n"], r["d"]): r["delta"] for r in rows if r["precision"] == "W4A4" and r["g"] == g}
-    fixed = {(r["n"], r["d"]): r["delta"] for r in rows
-             if r["precision"] == "W4A4+FC2int8" and r["g"] == g}
-    if set(base) != set(fixed):
-      raise ValueError(f"FC2 rerun at G={g} needs W4A4 cells at G={g}; add it to grid.group_sizes")
-    fc2[int(g)] = float(np.mean([(base[c] - fixed[c]) / abs(base[c]) if base[c] else 0.0
-                                 for c in base]))
-    fc2_wins[int(g)] = f"{sum(fixed[c] < base[c] for c in base)}/{len(base)}"
-  verdicts = findings(fit, kurt, fc2, tuple(int(g) for g in gr.fc2_group_sizes))
-  measured = [v for v in verdicts.values() if v != "not measured"]
-  held = [v == "held" for v in measured]
-  verdict = ("not measured" if not measured else "held" if all(held)
-             else "did not hold" if not any(v in ("held", "partly held") for v in measured)
-             else "partly held")
   plots = _plots(workdir, rows, fit)
 
-  w4a4 = [r["delta"] for r in rows if r["precision"] == "W4A4"]
-  fp_loss = [r["fp32_train_loss"] for r in rows if r["precision"] == "W4A4"]
+  # FC2 fix, relative delta reduction at each rerun G (seed-mean deltas, mean over cells).
+  fc2 = {}
+  for g in gr.fc2_group_sizes:
+    base = np.mean([r["delta_mean"] for r in rows if r["precision"] == "W4A4" and r["g"] == g])
+    fixed = np.mean([r["delta_mean"] for r in rows
+                     if r["precision"] == "W4A4+FC2int8" and r["g"] == g])
+    fc2[int(g)] = float((base - fixed) / abs(base)) if base else float("nan")
+  w4a4 = [r["delta_mean"] for r in rows if r["precision"] == "W4A4"]
+  fp_loss = [np.mean(r["fp32_train_loss"]) for r in rows if r["precision"] == "W4A4"]
+  kmean = {p: {k: float(np.nanmean(v)) for k, v in t.items()} for p, t in kurt.items()}
 
   def fmt(v):
     return "n/a" if v is None else f"{v:+.3f}"
   fit_text = ("no fit" if fit is None else
               f"gN={fmt(fit['gamma_n'])} gD={fmt(fit['gamma_d'])} gG={fmt(fit['gamma_g'])} "
-              f"k={fit['k']:.3g} R^2={fit['r2']:.2f} ({fit['num_cells']} cells)")
+              f"k={fit['k']:.3g} R^2={fit['r2']:.2f} ({fit['num_cells']} cells, seed means)")
+  tokens = config.train.batch_size * config.train.seq_len
+  sizes = sorted({(r["d_model"], r["n"]) for r in rows})
+  facts = [
+      report.Fact("n_params", "non-embedding parameters N per size (d_model: N)",
+                  ", ".join(f"{dm}: {n}" for dm, n in sizes)),
+      report.Fact("d_tokens", "training tokens D per budget (steps x batch x seq_len)",
+                  ", ".join(str(int(st) * tokens) for st in gr.steps), "tokens"),
+      report.Fact("paired", "seed s of every precision uses the init and batches of FP32 seed s",
+                  f"{len(seeds)} seeds {seeds}")]
   row = report.ReportRow(
       method="W4A4 QAT scaling law (INT4 AbsMax + STE, tiny decoder)",
       paper_claim=("delta = k D^gD (log2 G)^gG / N^gN with gN, gD, gG > 0 (0.219, 0.075, 0.778); "
@@ -336,24 +399,23 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                    "42.9% at G=256"),
       baseline=f"FP32 paired runs, smoothed train loss {np.mean(fp_loss):.3f} nats/byte (mean)",
       ours=(f"W4A4 delta mean {np.mean(w4a4):+.4f} nats/byte; fit {fit_text}; kurtosis FC2 "
-            f"{kurt['FP32']['FC2']:.1f} (FP32) / {kurt['W4A4']['FC2']:.1f} (W4A4) vs max other "
-            f"{max(v for k, v in kurt['FP32'].items() if k != 'FC2'):.1f}; FC2-INT8 delta "
-            "reduction " + ", ".join(f"G={g}: {100 * v:.0f}% (lower in {fc2_wins[g]} cells)"
-                                     for g, v in fc2.items())),
-      verdict=verdict,
-      details=("findings: " + "; ".join(f"{k}: {v}" for k, v in verdicts.items()) +
-               f". preset={config.preset}; sizes={list(map(tuple, gr.sizes))} (d_model, d_ff), "
-               f"steps={list(gr.steps)} x {config.train.batch_size}x{config.train.seq_len} tokens, "
-               f"G={list(gr.group_sizes)}; delta = smoothed final train loss difference, paired "
-               "init/data, one seed; signed-exponent Huber+L-BFGS fit; tiny models, so "
-               "magnitudes do not transfer, and few cells make the fit fragile. Single-seed "
-               "noise: two numerically equivalent compiled programs (rounding flips) gave "
-               "final losses up to 0.012 nats apart in smoke runs, the size of the FC2 "
-               "effect per cell."),
-      plots=plots)
+            f"{kmean['FP32']['FC2']:.1f} (FP32) / {kmean['W4A4']['FC2']:.1f} (W4A4) vs max other "
+            f"{max(v for k, v in kmean['FP32'].items() if k != 'FC2'):.1f}; FC2-INT8 delta "
+            "reduction " + ", ".join(f"G={g}: {100 * v:.0f}%" for g, v in fc2.items())),
+      verdict=row_verdict,
+      details=(f"preset={config.preset}; {len(seeds)} paired seeds; "
+               f"sizes={list(map(tuple, gr.sizes))} (d_model, d_ff), steps={list(gr.steps)} x "
+               f"{config.train.batch_size}x{config.train.seq_len} tokens, "
+               f"G={list(gr.group_sizes)}, precisions FP32 + {list(gr.precisions)}, FC2-INT8 at "
+               f"G={list(gr.fc2_group_sizes)}; delta = smoothed final train loss difference vs "
+               "the paired FP32 run. The criteria judge per-seed contrasts (largest vs smallest "
+               "N / D / G, FC2 vs the other inputs, FC2-INT8 vs W4A4); the signed-exponent "
+               "Huber+L-BFGS fit on seed means is reported, not judged. Tiny models: magnitudes "
+               "do not transfer."),
+      plots=plots, criteria=criteria, facts=facts)
   results = {"rows": rows, "fits": fits, "kurtosis": kurt, "fc2_reduction": fc2,
-             "fc2_cells_lower": fc2_wins,
-             "findings": verdicts, "seconds": time.time() - t0,
-             "report": dataclasses.asdict(row)}
+             "seeds": seeds, "criteria": [dataclasses.asdict(c) for c in criteria],
+             "facts": [dataclasses.asdict(f) for f in facts], "verdict": row_verdict,
+             "seconds": time.time() - t0, "report": dataclasses.asdict(row)}
   report.write_results(workdir, results)
   return results
