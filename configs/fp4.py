@@ -13,6 +13,20 @@ Presets: smoke (3 formats, ~40 s CPU on 2 cores incl. the `lm` smoke base model;
 `--config.optimizer.learning_rate=1e-3` retrains the base model with that learning rate.
 Expected (quick): synthetic SQNR MixFP4 > NVFP4 > MXFP4 on all four
 distributions (~+0.5-1.5 dB per step); PTQ order reported as measured.
+
+Criteria (declared below, judged by `jaxlab.report.judge_all`): the paper's
+accuracy claim is judged on the tiny LM's val bits/byte after PTQ, MixFP4
+against NVFP4 at W4A16 and at W4A4 (primary); NVFP4 against MXFP4 is the
+spec's expected order (diagnostic). "MixFP4 SQNR >= NVFP4" holds by
+construction (each block keeps the lower-error candidate on the same scales),
+so it is a reported fact, never a criterion.
+
+Seeds (`seeds`, inherited from `configs/lm.py`: 3 in quick, 2 in smoke) are
+evaluation seeds: seed s scores every arm on its own held-out val windows
+(window seed `lm.eval_seed + 1000 * s`) and draws its own synthetic tensors.
+The quantizers are round-to-nearest and calibration-free, and the base LM is
+the one `lm` model (3 base models would triple the ~2 min base-LM training),
+so the seed noise is that of the held-out sample, not of the base model.
 """
 
 import ml_collections
@@ -27,6 +41,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = lm.get_config(preset)
   c.experiment = "fp4"
   c.base_lm_dir = ""       # "" = <workdir>/base_lm; launch.reproduce shares the lm run's
+  # Declared before any run (issue 14); replaces the lm config's criteria. Per seed,
+  # each value is a val bits/byte (lower is better), method vs baseline on the same windows.
+  claim = ("MixFP4 gives \"more robust and more accurate FP4 quantization than NVFP4\" "
+           "at the same 4.5 bits/element")
+  order = "expected order FP32 < MixFP4 <~ NVFP4 < MXFP4 (spec, not the paper's numbers)"
+  c.criteria = ml_collections.ConfigDict(dict(
+      w4a16_mix_vs_nv=dict(
+          claim=claim + " (weight-only PTQ)", metric="tiny-LM val bits/byte, W4A16 PTQ, "
+          "MixFP4 vs NVFP4", direction="lower", threshold=0.0, primary=True, unit="bits/byte"),
+      w4a4_mix_vs_nv=dict(
+          claim=claim + " (weights and activations)", metric="tiny-LM val bits/byte, W4A4 PTQ, "
+          "MixFP4 vs NVFP4", direction="lower", threshold=0.0, primary=True, unit="bits/byte"),
+      w4a16_nv_vs_mx=dict(
+          claim=order, metric="tiny-LM val bits/byte, W4A16 PTQ, NVFP4 vs MXFP4 (floor)",
+          direction="lower", threshold=0.0, primary=False, unit="bits/byte"),
+      w4a4_nv_vs_mx=dict(
+          claim=order, metric="tiny-LM val bits/byte, W4A4 PTQ, NVFP4 vs MXFP4 (floor)",
+          direction="lower", threshold=0.0, primary=False, unit="bits/byte"),
+      sqnr_nv_vs_mx=dict(
+          claim="spec: MXFP4 (power-of-two scale, 32-blocks) has the lowest SQNR",
+          metric="min over the synthetic distributions of SQNR(NVFP4) - SQNR(best MXFP4)",
+          direction="higher", threshold=0.0, primary=False, unit="dB")))
   # (a) synthetic tensors: [rows, cols] per distribution; blocks along cols.
   c.synthetic = ml_collections.ConfigDict(dict(
       rows=512, cols=2048, distributions=("gaussian", "laplace", "student_t3", "uniform")))

@@ -8,10 +8,12 @@ decode batch of size B are B different sequences, and OEA pools the B tokens
 at each position (exactly what one incremental decode step with batch B
 sees). T is counted per layer and step and averaged.
 
-Verdict (computed): at B = eval.verdict_batch, some k0 cuts mean T by at least
-eval.min_t_cut against vanilla with val CE at most eval.max_ce_increase
-(relative) worse, and pruned top-k0 at that k0 has a higher CE than OEA:
-"held"; the T/CE part without the pruned comparison: "partly held".
+Verdict: `jaxlab.report.judge_all` on `config.criteria` (configs/oea.py): at
+B = eval.verdict_batch and the declared k0 = eval.criteria_k0, OEA's T against
+vanilla's (cut >= eval.min_t_cut), its val CE against vanilla's (at most
+eval.max_ce_increase relative worse) and against pruned top-k0's, each per
+evaluation seed (seed s: its own held-out windows, decoded in the same batches
+by every routing).
 """
 
 import dataclasses
@@ -71,61 +73,78 @@ def _decode_eval(model, params, windows, *, batch):
   return ce.mean(), t.mean()
 
 
-def evaluate_routings(config: ml_collections.ConfigDict, params: Any, val: np.ndarray) -> dict:
-  """{routing label: {B: {"ce", "T"}}} for vanilla, pruned k0 and OEA k0."""
+EVAL_SEED_STRIDE = 1000  # window seed of evaluation seed s: eval.seed + 1000 * s
+
+
+def evaluate_routings(config: ml_collections.ConfigDict, params: Any, val: np.ndarray,
+                      seeds: tuple[int, ...] = (0,)) -> list[dict]:
+  """Per evaluation seed (in `seeds` order): {routing label: {B: {"ce", "T"}}}.
+
+  Routings: vanilla, pruned k0 and OEA k0 for every k0 of `eval.k0s`. Seed s
+  decodes its own val windows (window seed eval.seed + 1000 * s); all routings
+  see the same windows in the same decode batches.
+  """
   e = config.eval
-  windows = jnp.asarray(data.lm_batch(val, 0, batch_size=e.num_seqs, seq_len=e.seq_len,
-                                      seed=e.seed))
+  for b in e.batch_sizes:
+    if e.num_seqs % b:
+      raise ValueError(f"eval.num_seqs={e.num_seqs} must be divisible by every batch size, "
+                       f"got {b}")
+  windows = [jnp.asarray(data.lm_batch(val, 0, batch_size=e.num_seqs, seq_len=e.seq_len,
+                                       seed=e.seed + EVAL_SEED_STRIDE * int(s)))
+             for s in seeds]
   routings = [("vanilla", "topk", None)]
   for k0 in e.k0s:
     routings += [(f"pruned_k0={k0}", "pruned", k0), (f"oea_k0={k0}", "oea", k0)]
-  table = {}
+  tables: list[dict] = [{} for _ in seeds]
   for label, routing, k0 in routings:
     model = make_moe_model(config, routing=routing, k0=k0)
-    table[label] = {}
-    for b in e.batch_sizes:
-      if e.num_seqs % b:
-        raise ValueError(f"eval.num_seqs={e.num_seqs} must be divisible by every batch size, "
-                         f"got {b}")
-      ce, t = _decode_eval(model, params, windows, batch=b)
-      table[label][int(b)] = {"ce": float(ce), "T": float(t)}
-  return table
+    for table, w in zip(tables, windows, strict=True):
+      table[label] = {}
+      for b in e.batch_sizes:
+        ce, t = _decode_eval(model, params, w, batch=b)
+        # A non-finite CE (a diverged model) is a missing value, never a number.
+        table[label][int(b)] = {"ce": float(ce) if np.isfinite(ce) else float("nan"),
+                                "T": float(t)}
+  return tables
 
 
-def verdict_from(table: dict, config: ml_collections.ConfigDict) -> tuple[str, dict]:
-  """The verdict and per-k0 checks at B = eval.verdict_batch."""
+def measure(tables: list[dict], config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Per-seed (method, baseline) values of the criteria of `configs/oea.py`."""
   e = config.eval
-  b = int(e.verdict_batch)
-  van = table["vanilla"][b]
-  checks = {}
-  for k0 in e.k0s:
-    oea, pruned = table[f"oea_k0={k0}"][b], table[f"pruned_k0={k0}"][b]
-    t_cut = 1.0 - oea["T"] / van["T"]
-    ce_increase = oea["ce"] / van["ce"] - 1.0
-    checks[int(k0)] = {
-        "t_cut": t_cut, "ce_increase": ce_increase,
-        "t_and_ce_ok": bool(t_cut >= e.min_t_cut and ce_increase <= e.max_ce_increase),
-        "pruned_worse": bool(pruned["ce"] > oea["ce"])}
-  if any(c["t_and_ce_ok"] and c["pruned_worse"] for c in checks.values()):
-    verdict = "held"
-  elif any(c["t_and_ce_ok"] for c in checks.values()):
-    verdict = "partly held"
-  else:
-    verdict = "did not hold"
-  return verdict, checks
+  b, k0 = int(e.verdict_batch), int(e.criteria_k0)
+  if k0 not in [int(x) for x in e.k0s]:
+    raise ValueError(f"eval.criteria_k0={k0} must be one of eval.k0s={tuple(e.k0s)}")
+  if b not in [int(x) for x in e.batch_sizes]:
+    raise ValueError(f"eval.verdict_batch={b} must be one of eval.batch_sizes")
+
+  def col(label, key):
+    return [t[label][b][key] for t in tables]
+  oea, pruned = f"oea_k0={k0}", f"pruned_k0={k0}"
+  return {"t_cut": (col(oea, "T"), col("vanilla", "T")),
+          "ce_at_vanilla": (col(oea, "ce"), col("vanilla", "ce")),
+          "beats_pruned": (col(oea, "ce"), col(pruned, "ce"))}
+
+
+def _mean_table(tables: list[dict]) -> dict:
+  """The seed mean of per-seed tables {label: {B: {"ce", "T"}}}."""
+  return {label: {b: {k: float(np.nanmean([t[label][b][k] for t in tables])) for k in v}
+                  for b, v in row.items()} for label, row in tables[0].items()}
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains the MoE LM and reports T and val CE per routing and decode batch size."""
+  seeds = tuple(int(x) for x in config.seeds)
+  if not seeds or len(set(seeds)) != len(seeds):
+    raise ValueError(f"config.seeds must be distinct evaluation seeds, got {list(seeds)}")
   params, corpus = train_moe_lm(config, workdir)
-  table = evaluate_routings(config, params, corpus.val)
-  verdict, checks = verdict_from(table, config)
+  tables = evaluate_routings(config, params, corpus.val, seeds)
+  verdict, criteria = report.judge_all(config.criteria, measure(tables, config))
+  table = _mean_table(tables)
   e, m = config.eval, config.moe
-  b = int(e.verdict_batch)
+  b, best = int(e.verdict_batch), int(e.criteria_k0)
   van = table["vanilla"][b]
-  ok = [k0 for k0, c in checks.items() if c["t_and_ce_ok"]]
-  best = min(ok) if ok else min(checks, key=lambda k0: checks[k0]["ce_increase"])
   oea, pruned = table[f"oea_k0={best}"][b], table[f"pruned_k0={best}"][b]
+  t_cut, ce_increase = 1.0 - oea["T"] / van["T"], oea["ce"] / van["ce"] - 1.0
 
   def draw_t(ax):
     for label, row in table.items():
@@ -153,19 +172,23 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       paper_claim=("at decode batch 16, OEA cuts activated experts T (Qwen3-30B: ~48 -> ~25 at "
                    "k0=3, MoE latency -39%) at vanilla accuracy, where pruned top-k0 degrades"),
       baseline=f"vanilla top-{m.k}: T={van['T']:.1f}, CE={van['ce']:.4f} at B={b}",
-      ours=(f"OEA k0={best}: T={oea['T']:.1f} ({-100 * checks[best]['t_cut']:+.0f}%), "
-            f"CE={oea['ce']:.4f} ({100 * checks[best]['ce_increase']:+.2f}%); pruned k0={best}: "
+      ours=(f"OEA k0={best}: T={oea['T']:.1f} ({-100 * t_cut:+.0f}%), "
+            f"CE={oea['ce']:.4f} ({100 * ce_increase:+.2f}%); pruned k0={best}: "
             f"T={pruned['T']:.1f}, CE={pruned['ce']:.4f}"),
       verdict=verdict,
       details=(f"preset={config.preset}; {config.model.num_layers} layers, d={config.model.d_model}, "
                f"{m.num_experts} experts of width {m.d_ff}, top-{m.k}, {config.train.num_steps} "
-               f"steps; eval {e.num_seqs} val windows of {e.seq_len} bytes. 'held' needs, at "
-               f"B={b}, T cut >= {100 * e.min_t_cut:.0f}% with CE <= "
-               f"+{100 * e.max_ce_increase:.0f}% and pruned CE > OEA CE for the same k0. "
-               + " | ".join(lines)),
-      plots=plots)
-  results = {"table": {k: {str(x): v for x, v in r.items()} for k, r in table.items()},
-             "checks": {str(k): v for k, v in checks.items()},
+               f"steps; one trained model, {len(seeds)} evaluation seeds {list(seeds)}, each "
+               f"{e.num_seqs} held-out val windows of {e.seq_len} bytes decoded by every routing "
+               f"in the same batches. Criteria at B={b}, k0={best} (declared): T cut >= "
+               f"{100 * e.min_t_cut:.0f}%, CE <= +{100 * e.max_ce_increase:.0f}% of vanilla, "
+               "CE below pruned top-k0. Seed means: " + " | ".join(lines)),
+      plots=plots, criteria=criteria)
+  results = {"seeds": list(seeds),
+             "table": {k: {str(x): v for x, v in r.items()} for k, r in table.items()},
+             "tables_per_seed": [{k: {str(x): v for x, v in r.items()} for k, r in t.items()}
+                                 for t in tables],
+             "criteria": [dataclasses.asdict(r) for r in criteria],
              "report": dataclasses.asdict(row)}
   report.write_results(workdir, results)
   return results
