@@ -78,6 +78,14 @@ def _examples(apc_cfg, stream, num, seed):
                                    max_target_len=apc_cfg.max_target_len, seed=seed)
 
 
+def stage_optimizer(config: ml_collections.ConfigDict, stage: str) -> optax.GradientTransformation:
+  """The clipped optimizer of a stage after the base LM: "sft" (AdamW) or "rl" (Adam), with
+  learning rate `config.optimizer.<stage>.learning_rate`."""
+  if stage not in ("sft", "rl"):
+    raise ValueError(f"stage must be 'sft' or 'rl', got {stage!r}")
+  opt = optax.adamw if stage == "sft" else optax.adam
+  return optax.chain(optax.clip_by_global_norm(1.0), opt(config.optimizer[stage].learning_rate))
+
 def run_seed(config, model, base_params, corpus, seed: int) -> dict:
   """Every arm for one paired seed; returns per-arm summaries and the sweep."""
   a, costs = config.apc, cost_model(config)
@@ -124,8 +132,7 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
   with_ph = float(np.mean([codecomp.PLACEHOLDER in t for t in targets]))
 
   s = config.sft
-  tx = optax.chain(optax.clip_by_global_norm(1.0),
-                   optax.adamw(config.optimizer.sft.learning_rate))
+  tx = stage_optimizer(config, "sft")
   step = codecomp.make_sft_step(model, tx)
   params, opt_state = base_params, tx.init(base_params)
   rng = np.random.default_rng(seed)
@@ -137,8 +144,7 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
   arms.update(_trained_arms(model, params, ex, n, costs, "sft", hc_cost))
 
   r = config.rl
-  tx = optax.chain(optax.clip_by_global_norm(1.0),
-                   optax.adam(config.optimizer.rl.learning_rate))
+  tx = stage_optimizer(config, "rl")
   grpo_step = codecomp.make_grpo_step(model, tx, costs, num_tokens=n, group_size=r.group_size,
                                       temperature=r.temperature, eps_low=r.eps_low,
                                       eps_high=r.eps_high, malformed_penalty=r.malformed_penalty)

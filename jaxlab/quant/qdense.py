@@ -3,7 +3,7 @@
 The `jaxlab.nn` transformer builds every projection through
 `TransformerConfig.dense`; `qdense_factory(policy)` returns such a factory, so
 
-  model = jaxlab.experiments.lm.make_model(config, dense=qdense_factory(policy))
+  model = jaxlab.train.lm.make_model(config, dense=qdense_factory(policy))
 
 trains with W`w_bits`A`a_bits` fake quantization (QAT). Weights [K, F] are
 grouped along K per output channel, inputs [..., K] along K per token.

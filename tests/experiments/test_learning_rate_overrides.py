@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import jaxlab.train
-from jaxlab.experiments import aes, eco, qat_scaling
+from jaxlab.experiments import REGISTRY, aes, apc, eco, qat_scaling, ucpo
 from jaxlab.experiments import modex as modex_exp
 from jaxlab.rl import sac
 from jaxlab.train import lm as train_lm
@@ -144,3 +144,33 @@ def test_aes_sac_and_ppo_use_optimizer_learning_rates(monkeypatch):
 def test_ebplus_has_no_learning_rate():
   # EB / EB+ is a serving study: nothing is trained, so there is no optimizer to set.
   assert "optimizer" not in load_config("ebplus", "smoke")
+
+
+def test_ucpo_stages_use_optimizer_learning_rates():
+  config = load_config("ucpo", "smoke")
+  config.optimizer.learning_rate = 0.25       # the RL stage (constant schedule)
+  config.optimizer.sft.learning_rate = 0.5    # the SFT stage
+  _, _, sft_cfg, rl_cfg = ucpo._configs(config)
+  assert rl_cfg.learning_rate == pytest.approx(0.25)
+  assert sft_cfg.learning_rate == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_apc_stages_use_optimizer_learning_rates(stage):
+  # The base LM trains with `optimizer.learning_rate` through `jaxlab.train.lm` (checked
+  # above); the SFT and RL stages with `optimizer.<stage>.learning_rate`.
+  config = load_config("apc", "smoke")
+  config.optimizer[stage].learning_rate = 1e-2
+  small = _update_norm(apc.stage_optimizer(config, stage), steps=1)
+  config.optimizer[stage].learning_rate = 2e-2
+  assert _update_norm(apc.stage_optimizer(config, stage), steps=1) == pytest.approx(2 * small)
+
+
+def test_kernelband_trains_nothing():
+  assert "optimizer" not in load_config("kernelband", "smoke")
+
+
+def test_every_registered_experiment_is_checked_here():
+  checked = {"lm", "oea", "fp4", "eco", "modex", "qat_scaling", "aes", "ebplus", "ucpo", "apc",
+             "kernelband"}
+  assert set(REGISTRY) <= checked, sorted(set(REGISTRY) - checked)
