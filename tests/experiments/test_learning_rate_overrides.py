@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import jaxlab.train
-from jaxlab.experiments import REGISTRY, aes, apc, eco, qat_scaling, ucpo
+from jaxlab.experiments import REGISTRY, aes, apc, eco, qat_scaling, ucpo, zeroshot
 from jaxlab.experiments import modex as modex_exp
 from jaxlab.rl import sac
 from jaxlab.train import lm as train_lm
@@ -166,11 +166,26 @@ def test_apc_stages_use_optimizer_learning_rates(stage):
   assert _update_norm(apc.stage_optimizer(config, stage), steps=1) == pytest.approx(2 * small)
 
 
+def test_zeroshot_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  config = load_config("zeroshot", "smoke")
+  config.optimizer.learning_rate = 0.125
+  seen = []
+
+  def spy(**kwargs):
+    seen.append(kwargs["learning_rate"])
+    raise _Stop
+
+  monkeypatch.setattr(zeroshot.expansion, "TrainConfig", spy)
+  with pytest.raises(_Stop):
+    zeroshot.run(config, str(tmp_path))
+  assert seen == [pytest.approx(0.125)]
+
+
 def test_kernelband_trains_nothing():
   assert "optimizer" not in load_config("kernelband", "smoke")
 
 
 def test_every_registered_experiment_is_checked_here():
   checked = {"lm", "oea", "fp4", "eco", "modex", "qat_scaling", "aes", "ebplus", "ucpo", "apc",
-             "kernelband"}
+             "kernelband", "zeroshot"}
   assert set(REGISTRY) <= checked, sorted(set(REGISTRY) - checked)

@@ -1,0 +1,93 @@
+"""Zero-shot classifier expansion: ICIS shared mapping vs GA-ZSCE (reconstruction).
+
+Command:
+  python -m launch.main --config=configs/zeroshot.py:quick --workdir=runs/zeroshot
+
+Presets:
+  smoke  the synthetic world only, 60 mapping steps, 3 seeds (pipeline check, seconds).
+  quick  the synthetic world (8 groups x 6 classes, 12 unseen) and the semi-real world
+         (150 taxonomy classes, MiniLM embeddings of 5 prompt templates, cached in the
+         workdir), 400 steps per arm, 3 seeds vmapped (~2-3 min on 2 cores).
+  full   the same worlds, 2000 steps, 5 seeds.
+
+Arms (`config.arms`): "shared" (ICIS dual-AE shared mapping), "separation" (+ every
+source a view and the invariance term L_inv), "full" (+ k-means groups with residual
+heads, per-group loss normalisation, intra-group margin). Every [O] choice of the spec
+is a knob under `config.method` (jaxlab interpretation).
+
+Expected result (spec §1(d)): the shared map gets groups right but confuses classes
+inside a group; the full method raises within-group unseen accuracy and H. The report
+judges the criteria below on paired seeds, whatever the outcome.
+"""
+
+import ml_collections
+
+import jaxlab.presets
+
+TEMPLATES = ("a photo of a {}.", "a picture of the {}.", "an image showing a {}.",
+             "a close-up photo of a {}.", "this is a {}.")
+
+
+def get_config(arg=None):
+  preset = jaxlab.presets.parse_preset(arg)
+  config = ml_collections.ConfigDict()
+  config.experiment = "zeroshot"
+  config.preset = preset
+  config.seeds = (0, 1, 2)
+  config.arms = "shared,separation,full"
+  config.worlds = "synthetic,semireal"
+
+  # Shared by both worlds (spec: 64-d features, fine/coarse ratio 0.35, sigma 0.5).
+  config.features = ml_collections.ConfigDict(dict(
+      feat_dim=64, fine_coarse_ratio=0.35, feature_noise=0.5, train_per_class=40,
+      test_per_class=40, head_steps=300, head_lr=0.05))
+  config.synthetic = ml_collections.ConfigDict(dict(
+      num_groups=8, classes_per_group=6, num_unseen=12, sem_dim=384, num_sources=5,
+      nuisance=1.0, class_noise=0.3))
+  config.semireal = ml_collections.ConfigDict(dict(
+      num_unseen=38, templates=TEMPLATES, encoder_batch_size=128))
+  # The mapping: full-batch Adam on every (source, class) pair.
+  config.train = ml_collections.ConfigDict(dict(
+      # Full batch: batch_size is informational (5 sources x 48 synthetic classes; semi-real 750).
+      num_steps=400, batch_size=240,
+      latent_dim=64, hidden_dim=128, kmeans_iters=30))
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, schedule="constant", warmup_steps=0))
+  # jaxlab interpretations of the spec's [O] reconstruction (S2 routing, S3 refinement).
+  config.method = ml_collections.ConfigDict(dict(
+      num_groups=0,            # 0: as many groups as the world has (8 / 15); else this k
+      routing="hard", temperature=0.1, lam_inv=1.0, lam_margin=1.0, margin=0.5,
+      group_norm=True, margin_unseen=True))
+
+  # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
+  criteria = {}
+  for world in ("synthetic", "semireal"):
+    criteria[f"within_group_{world}"] = dict(
+        claim="GA-ZSCE's routing and refinement fix fine-grained confusions of the shared "
+              f"mapping ({world} world)",
+        metric="within-group unseen accuracy (argmax among the true group's classes), full "
+               "method minus ICIS shared mapping",
+        direction="higher", threshold=0.0, unit="accuracy")
+    criteria[f"H_{world}"] = dict(
+        claim=f"GA-ZSCE raises the GZSL harmonic mean H over the shared mapping ({world})",
+        metric="H = 2us/(u+s), full method minus shared mapping",
+        direction="higher", threshold=0.0, unit="H", primary=False)
+    criteria[f"u_{world}"] = dict(
+        claim=f"GA-ZSCE raises unseen accuracy u over the shared mapping ({world})",
+        metric="GZSL unseen accuracy u, full method minus shared mapping",
+        direction="higher", threshold=0.0, unit="accuracy", primary=False)
+    criteria[f"template_{world}"] = dict(
+        claim=f"GA-ZSCE cuts template sensitivity ({world})",
+        metric="spread of synthesized unseen weights across sources (mean 1 - cos to the "
+               "source mean), full method minus shared mapping",
+        direction="lower", threshold=0.0, unit="1 - cos", primary=False)
+  config.criteria = ml_collections.ConfigDict(criteria)
+
+  if preset == "smoke":
+    config.worlds = "synthetic"
+    config.train.num_steps = 60
+    config.features.update(head_steps=100, train_per_class=20, test_per_class=20)
+  elif preset == "full":
+    config.seeds = (0, 1, 2, 3, 4)
+    config.train.num_steps = 2000
+  return config

@@ -1,0 +1,111 @@
+"""Zero-shot classifier-expansion metrics: s, u, H, T, within/between-group, template spread.
+
+Every accuracy is a mean of per-class top-1 accuracies (the Xian et al. protocol used by
+ICIS and CF-ZSCE), so a large class cannot dominate. GZSL: the prediction is the argmax
+over all classes (seen weights + synthesized unseen weights); s and u average the classes
+of each split; H = 2us / (u + s). ZSL T: the argmax over unseen classes only.
+
+Granularity (the spec's fine vs coarse): for test samples of the given classes,
+between-group accuracy is the per-class rate at which the predicted class lies in the
+true class's group (coarse); within-group accuracy is top-1 accuracy when the argmax is
+restricted to the classes of the true group (fine: siblings only).
+
+Example:
+  >>> import jax.numpy as jnp
+  >>> from jaxlab.zeroshot import metrics
+  >>> float(metrics.harmonic_mean(jnp.float32(0.6), jnp.float32(0.3)))  # doctest: +ELLIPSIS
+  0.4...
+"""
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+
+def _check(logits, labels, name="logits"):
+  if logits.ndim != 2:
+    raise ValueError(f"{name} must be [n, num_classes], got shape {logits.shape}")
+  if labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
+    raise ValueError(f"labels must be [n] with n = {logits.shape[0]}, got shape {labels.shape}")
+
+
+def harmonic_mean(s: Float[Array, "*b"], u: Float[Array, "*b"]) -> Float[Array, "*b"]:
+  """H = 2us / (u + s), defined as 0 where u + s = 0 (both accuracies zero)."""
+  s, u = jnp.asarray(s, jnp.float32), jnp.asarray(u, jnp.float32)
+  total = s + u
+  return jnp.where(total > 0, 2 * s * u / jnp.where(total > 0, total, 1.0), 0.0)
+
+
+def per_class_accuracy(correct: Bool[Array, " n"], labels: Int[Array, " n"],
+                       class_mask: Bool[Array, " c"]) -> Float[Array, ""]:
+  """Mean over the classes in `class_mask` (that have samples) of their top-1 accuracy."""
+  num_classes = class_mask.shape[0]
+  hits = jnp.zeros(num_classes).at[labels].add(correct.astype(jnp.float32))
+  counts = jnp.zeros(num_classes).at[labels].add(1.0)
+  use = class_mask & (counts > 0)
+  acc = hits / jnp.maximum(counts, 1.0)
+  return jnp.sum(jnp.where(use, acc, 0.0)) / jnp.maximum(jnp.sum(use), 1)
+
+
+def gzsl_accuracies(logits: Float[Array, "n c"], labels: Int[Array, " n"],
+                    seen: Bool[Array, " c"]) -> dict[str, Float[Array, ""]]:
+  """s, u, H (argmax over all classes) and T (argmax over unseen classes only).
+
+  Args:
+    logits: test scores of every class, [n, c].
+    labels: true class of each sample, [n].
+    seen: which classes are seen, [c].
+
+  Returns:
+    dict with "s", "u", "H", "T" (fractions in [0, 1]).
+  """
+  _check(logits, labels)
+  if seen.shape != (logits.shape[1],):
+    raise ValueError(f"seen must be [{logits.shape[1]}], got shape {seen.shape}")
+  pred = jnp.argmax(logits, -1)
+  s = per_class_accuracy(pred == labels, labels, seen)
+  u = per_class_accuracy(pred == labels, labels, ~seen)
+  pred_unseen = jnp.argmax(jnp.where(seen[None, :], -jnp.inf, logits), -1)
+  t = per_class_accuracy(pred_unseen == labels, labels, ~seen)
+  return {"s": s, "u": u, "H": harmonic_mean(s, u), "T": t}
+
+
+def group_accuracies(logits: Float[Array, "n c"], labels: Int[Array, " n"],
+                     groups: Int[Array, " c"], class_mask: Bool[Array, " c"]
+                     ) -> dict[str, Float[Array, ""]]:
+  """Within-group (fine) and between-group (coarse) accuracy over the classes in `class_mask`.
+
+  Args:
+    logits: test scores of every class, [n, c].
+    labels: true class of each sample, [n].
+    groups: the (true) group of each class, [c].
+    class_mask: the classes whose samples are scored, e.g. the unseen ones, [c].
+
+  Returns:
+    dict with "within" (argmax restricted to the true group's classes) and "between"
+    (the argmax over all classes lands in the true group).
+  """
+  _check(logits, labels)
+  if groups.shape != (logits.shape[1],) or class_mask.shape != (logits.shape[1],):
+    raise ValueError(f"groups and class_mask must be [{logits.shape[1]}], got "
+                     f"{groups.shape} and {class_mask.shape}")
+  true_group = groups[labels]
+  pred = jnp.argmax(logits, -1)
+  between = per_class_accuracy(groups[pred] == true_group, labels, class_mask)
+  siblings = groups[None, :] == true_group[:, None]
+  pred_in = jnp.argmax(jnp.where(siblings, logits, -jnp.inf), -1)
+  within = per_class_accuracy(pred_in == labels, labels, class_mask)
+  return {"within": within, "between": between}
+
+
+def template_spread(weights: Float[Array, "m c d"]) -> Float[Array, ""]:
+  """Sensitivity of synthesized weights to the prompt template (source).
+
+  Mean over classes of 1 - cos(w_c^(m), mean_m w_c^(m)), averaged over sources m:
+  0 when every template gives the same direction.
+  """
+  if weights.ndim != 3 or weights.shape[0] < 2:
+    raise ValueError(f"weights must be [sources >= 2, classes, dim], got {weights.shape}")
+  unit = weights / jnp.maximum(jnp.linalg.norm(weights, axis=-1, keepdims=True), 1e-12)
+  mean = jnp.mean(unit, 0, keepdims=True)
+  mean = mean / jnp.maximum(jnp.linalg.norm(mean, axis=-1, keepdims=True), 1e-12)
+  return jnp.mean(1.0 - jnp.sum(unit * mean, -1))

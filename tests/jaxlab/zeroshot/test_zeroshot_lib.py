@@ -1,0 +1,162 @@
+"""jaxlab.zeroshot: metrics on hand examples, routing, mapping shapes/losses, bad input.
+
+Shape mismatches between annotated arguments are caught by the runtime shape checker that
+tests/conftest.py installs (TypeCheckError) before the functions' own ValueError, which is
+what a user without the checker sees; `BAD` accepts either.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxtyping import TypeCheckError
+
+from jaxlab.zeroshot import expansion, mapping, metrics, routing, world
+
+BAD = (ValueError, TypeCheckError)
+
+
+def test_harmonic_mean_hand_values():
+  np.testing.assert_allclose(metrics.harmonic_mean(jnp.float32(0.6), jnp.float32(0.3)), 0.4,
+                             rtol=1e-6)
+  assert float(metrics.harmonic_mean(jnp.float32(0.0), jnp.float32(0.0))) == 0.0
+  np.testing.assert_allclose(metrics.harmonic_mean(jnp.float32(0.5), jnp.float32(0.5)), 0.5)
+
+
+def _hand_case():
+  # 4 classes: group 0 = {0, 1}, group 1 = {2, 3}; classes 1 and 3 unseen.
+  groups = jnp.array([0, 0, 1, 1])
+  seen = jnp.array([True, False, True, False])
+  labels = jnp.array([0, 0, 1, 1, 3, 3, 2])
+  # Predictions (argmax): 0, 1 | 0, 2 | 3, 1 | 2
+  pred = jnp.array([0, 1, 0, 2, 3, 1, 2])
+  logits = jax.nn.one_hot(pred, 4) * 2.0
+  # Class-1 samples: second-best score on class 1 (a sibling-only argmax picks it).
+  logits = logits.at[3, 1].set(1.0)
+  return logits, labels, groups, seen
+
+
+def test_gzsl_accuracies_hand_example():
+  logits, labels, _, seen = _hand_case()
+  out = metrics.gzsl_accuracies(logits, labels, seen)
+  # seen: class 0 -> 1/2, class 2 -> 1/1 => s = 0.75; unseen: class 1 -> 0/2, class 3 -> 1/2.
+  np.testing.assert_allclose(out["s"], 0.75)
+  np.testing.assert_allclose(out["u"], 0.25)
+  np.testing.assert_allclose(out["H"], 2 * 0.75 * 0.25 / 1.0)
+  # T: unseen-only argmax. Class 1 samples: row 2 (scores 0 on 1, 3) -> tie -> class 1 first;
+  # row 3 -> class 1. Class 3: row 4 -> 3, row 5 -> 1. T = (1 + 0.5) / 2.
+  np.testing.assert_allclose(out["T"], 0.75)
+
+
+def test_group_accuracies_hand_example():
+  logits, labels, groups, seen = _hand_case()
+  out = metrics.group_accuracies(logits, labels, groups, ~seen)
+  # Unseen class 1 (group 0): row 2 predicts 0 (same group), row 3 predicts 2 (other group)
+  # -> between 1/2; within-group argmax over {0, 1}: row 2 -> 0, row 3 -> 1 -> 1/2.
+  # Unseen class 3 (group 1): row 4 -> 3 (in group), row 5 -> 1 (out) -> between 1/2;
+  # within over {2, 3}: row 4 -> 3, row 5 -> tie (0, 0) -> 2 -> 1/2.
+  np.testing.assert_allclose(out["between"], 0.5)
+  np.testing.assert_allclose(out["within"], 0.5)
+
+
+def test_metrics_bad_input():
+  with pytest.raises(BAD):
+    metrics.gzsl_accuracies(jnp.zeros((3, 4)), jnp.zeros(2, jnp.int32), jnp.ones(4, bool))
+  with pytest.raises(BAD):
+    metrics.gzsl_accuracies(jnp.zeros((3, 4)), jnp.zeros(3, jnp.int32), jnp.ones(5, bool))
+  with pytest.raises(ValueError, match="sources"):
+    metrics.template_spread(jnp.zeros((1, 3, 4)))
+
+
+def test_template_spread_zero_iff_sources_agree():
+  w = jax.random.normal(jax.random.key(0), (1, 5, 7))
+  assert float(metrics.template_spread(jnp.concatenate([w, 3.0 * w]))) < 1e-6
+  assert float(metrics.template_spread(jnp.concatenate([w, -w]))) > 0.5
+
+
+def test_kmeans_recovers_well_separated_groups_and_routes():
+  centers = jnp.eye(4, 16) * 5.0
+  x = jnp.repeat(centers, 6, 0) + 0.1 * jax.random.normal(jax.random.key(1), (24, 16))
+  assign, found = routing.kmeans(x, 4, jax.random.key(0))
+  truth = np.repeat(np.arange(4), 6)
+  a = np.asarray(assign)
+  assert np.all((truth[:, None] == truth[None]) == (a[:, None] == a[None]))
+  hard = routing.route(x, found, routing="hard")
+  np.testing.assert_array_equal(np.argmax(hard, -1), a)
+  soft = routing.route(x, found, routing="soft", temperature=0.1)
+  np.testing.assert_allclose(np.sum(soft, -1), 1.0, rtol=1e-5)
+  with pytest.raises(ValueError, match="routing"):
+    routing.route(x, found, routing="top2")
+  with pytest.raises(ValueError, match="num_clusters"):
+    routing.kmeans(x, 0, jax.random.key(0))
+
+
+def test_group_mean_weights_groups_equally():
+  values = jnp.array([1.0, 1.0, 1.0, 4.0])
+  groups = jax.nn.one_hot(jnp.array([0, 0, 0, 1]), 2)
+  np.testing.assert_allclose(routing.group_mean(values, groups), 2.5)  # (1 + 4) / 2, not 1.75
+
+
+def test_mapping_shapes_losses_and_bad_input():
+  m = mapping.DualMapping(sem_dim=8, weight_dim=5, latent_dim=4, hidden_dim=6, num_groups=3)
+  a, w = jnp.ones((6, 8)), jnp.ones((6, 5))
+  r = jax.nn.one_hot(jnp.arange(6) % 3, 3)
+  params = m.init(jax.random.key(0), a, w, r)
+  out = m.apply(params, a, w, r)
+  assert {k: v.shape for k, v in out.items()} == dict(a2a=(6, 8), w2a=(6, 8), w2w=(6, 5),
+                                                      a2w=(6, 5))
+  with pytest.raises(BAD):
+    m.apply(params, a, jnp.ones((6, 1)), method=m.synthesize)
+  with pytest.raises(BAD):
+    m.apply(params, jnp.ones((6, 9)), r, method=m.synthesize)
+  sem = jax.random.normal(jax.random.key(2), (2, 6, 8))
+  seen = jnp.array([True] * 4 + [False] * 2)
+  cfg = mapping.LossConfig(lam_inv=1.0, lam_margin=1.0, group_norm=True)
+  loss, terms = mapping.mapping_loss(m, params, sem, w.at[4:].set(0.0), seen, r, cfg)
+  assert set(terms) == {"icis", "inv", "sep"} and np.isfinite(float(loss))
+  grads = jax.grad(lambda p: mapping.mapping_loss(m, p, sem, w.at[4:].set(0.0), seen, r,
+                                                  cfg)[0])(params)
+  assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+
+
+def test_invariance_and_margin_hand_values():
+  p = jnp.array([[[1.0, 0.0]], [[0.0, 1.0]]])  # two sources, one class, orthogonal
+  np.testing.assert_allclose(mapping.invariance_loss(p), 1 - np.cos(np.pi / 4), rtol=1e-5)
+  w = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+  g = jax.nn.one_hot(jnp.array([0, 0, 1]), 2)
+  # Only the pair (0, 1) is same-group, with cos 1 -> relu(1 - 0.5) = 0.5.
+  np.testing.assert_allclose(mapping.intra_group_margin(w, g, jnp.ones(3, bool), 0.5), 0.5,
+                             rtol=1e-5)
+
+
+def test_world_shapes_taxonomy_and_bad_input():
+  cfg = world.SyntheticConfig(num_groups=3, classes_per_group=4, sem_dim=16, num_sources=2,
+                              features=world.FeatureConfig(feat_dim=8, num_unseen=4,
+                                                           head_steps=20))
+  w = world.synthetic_world(cfg, seed=0)
+  assert w.semantics.shape == (2, 12, 16) and w.weights.shape == (12, 9)
+  assert int((~w.seen).sum()) == 4
+  assert set(w.groups[~w.seen][:3]) | set(w.groups[~w.seen]) == {0, 1, 2}  # every group
+  assert np.all(w.weights[~w.seen] == 0)
+  tax = world.load_taxonomy()
+  names, groups = world.classes_of(tax)
+  assert 140 <= len(names) <= 160 and len(set(names)) == len(names) and groups.max() >= 10
+  with pytest.raises(ValueError, match="num_unseen"):
+    world.synthetic_world(cfg.__class__(features=world.FeatureConfig(num_unseen=0)), 0)
+  with pytest.raises(ValueError, match="embeddings"):
+    world.semireal_world(np.zeros((1, 5, 4)), np.zeros(5, np.int32), world.FeatureConfig(), 0)
+
+
+def test_fit_and_evaluate_small_world_runs():
+  cfg = world.SyntheticConfig(num_groups=3, classes_per_group=4, sem_dim=16, num_sources=2,
+                              features=world.FeatureConfig(feat_dim=8, num_unseen=3,
+                                                           head_steps=20, test_per_class=5))
+  w = world.synthetic_world(cfg, seed=0)
+  arm = expansion.ArmConfig(num_groups=3, loss=mapping.LossConfig(lam_inv=1.0, lam_margin=1.0))
+  out = expansion.fit_and_evaluate(w, arm, expansion.TrainConfig(num_steps=3, latent_dim=4,
+                                                                 hidden_dim=8), jax.random.key(0))
+  for k in ("s", "u", "H", "T", "within", "between", "weight_spread"):
+    assert 0.0 <= float(out[k]) <= 1.0 + 1e-6, k
+  with pytest.raises(ValueError, match="routing"):
+    expansion.fit_and_evaluate(w, expansion.ArmConfig(routing="x"), expansion.TrainConfig(),
+                               jax.random.key(0))
