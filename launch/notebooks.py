@@ -100,16 +100,19 @@ def set_setup_cell(nb: nbformat.NotebookNode) -> bool:
 
 @contextlib.contextmanager
 def _smoke_env():
-  """JAXLAB_SMOKE=1 in this process's environment, which the kernel inherits."""
-  old = os.environ.get("JAXLAB_SMOKE")
-  os.environ["JAXLAB_SMOKE"] = "1"
+  """JAXLAB_SMOKE=1 (and no progress bars, which are noise in saved outputs) in this process's
+  environment, which the kernel inherits."""
+  settings = {"JAXLAB_SMOKE": "1", "TQDM_DISABLE": "1"}
+  old = {k: os.environ.get(k) for k in settings}
+  os.environ.update(settings)
   try:
     yield
   finally:
-    if old is None:
-      del os.environ["JAXLAB_SMOKE"]
-    else:
-      os.environ["JAXLAB_SMOKE"] = old
+    for k, v in old.items():
+      if v is None:
+        del os.environ[k]
+      else:
+        os.environ[k] = v
 
 
 def execute(path: str, *, timeout: int = 600) -> nbformat.NotebookNode:

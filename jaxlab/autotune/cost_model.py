@@ -178,8 +178,9 @@ def analyze(task: space.Task, dev: DeviceSpec, c: dict) -> dict[str, np.ndarray]
     steps = programs * steps_per_prog
     phi_regs = acc * 4 / 1024.0
   e_c, e_m = e_c * short, e_m * short
-  comp = flops / (dev.peak_flops * e_c)
-  mem = bytes_ / (dev.hbm_bandwidth * e_m)
+  with np.errstate(divide="ignore", invalid="ignore"):  # invalid configs: masked to inf below
+    comp = flops / (dev.peak_flops * e_c)
+    mem = bytes_ / (dev.hbm_bandwidth * e_m)
   body = np.maximum(comp, mem) + np.minimum(comp, mem) / np.maximum(stages, 1)
   time = dev.launch + steps * dev.step_overhead + body
   time = np.where(valid, time, np.inf)

@@ -80,6 +80,8 @@ def read_metrics(path: str) -> list[dict]:
 
 def progress(iterable: Iterable, *, total: int | None = None, desc: str = "", initial: int = 0):
   """A tqdm bar on stderr, disabled off a terminal (CI, logs) and on processes other than 0."""
-  from tqdm.auto import tqdm
+  with warnings.catch_warnings():  # a kernel without ipywidgets: tqdm.auto falls back to text
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    from tqdm.auto import tqdm
   return tqdm(iterable, total=total, desc=desc, initial=initial, dynamic_ncols=True,
               disable=not sys.stderr.isatty() or jax.process_index() != 0, leave=False)
