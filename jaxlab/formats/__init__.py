@@ -28,7 +28,8 @@ Non-finite, tiny and degenerate inputs (one rule for every format and for
 every quantizer built on them, `optim.Quantizer` and `quant.fake_quant`
 included; a jaxlab interpretation, the specs leave it open):
   * Tensor and block amaxes are taken over finite values only, so one Inf or
-    NaN does not change the scale of the other elements.
+    NaN does not change the scale of the other elements, nor (MixFP4) which
+    element format its block chooses.
   * NaN elements encode as +0; ±Inf elements saturate to the largest code of
     their block (±6 for E2M1, ±7 for INT4, ±448 for E4M3) at that block's
     scale. `dequantize` never returns NaN or Inf, and no scale is ever NaN,

@@ -61,10 +61,16 @@ def _candidates(xb: Array, s_enc: Array, s_dec: Array, key: Array | None, amax_b
 
 
 def _select_e1m2(xb, sb_i, xh_f, xh_i, select_p, block_sum) -> Array:
-  """Per block: True where E1M2 errs strictly less and its scale byte is nonzero."""
-  xf = jnp.where(finite(xb), xb, 0.0)
-  return ((_block_err(xf, xh_i, select_p, block_sum) < _block_err(xf, xh_f, select_p, block_sum))
-          & (sb_i > 0))
+  """Per block: True where E1M2 errs strictly less and its scale byte is nonzero.
+
+  Only finite elements count: a saturated +-Inf would add ~amax^2 to both errors and leave
+  the choice to float32 rounding (jit and eager could then disagree).
+  """
+  fin = finite(xb)
+  xf = jnp.where(fin, xb, 0.0)
+  err_i = _block_err(xf, jnp.where(fin, xh_i, 0.0), select_p, block_sum)
+  err_f = _block_err(xf, jnp.where(fin, xh_f, 0.0), select_p, block_sum)
+  return (err_i < err_f) & (sb_i > 0)
 
 
 def mixfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = None,
