@@ -164,7 +164,8 @@ class Policy:
     self.rng = rng
 
   def choose(self, frontier: list[Entry], step: int) -> tuple[int, int, int]:
-    raise NotImplementedError
+    """Implemented by each policy (KernelBand's bandit, the baselines)."""
+    raise NotImplementedError(f"{type(self).__name__} must define choose()")
 
   def update(self, frontier: list[Entry], cluster: int, strategy: int, r: float,
              child: Entry | None) -> None:
