@@ -26,6 +26,7 @@ Example:
   10
 """
 
+import abc
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -157,19 +158,19 @@ class SearchResult:
     return any(tr.ok for tr in self.trials[:t])
 
 
-class Policy:
+class Policy(abc.ABC):
   """Chooses (parent index, strategy index, cluster) and learns from rewards."""
 
   def reset(self, rng: np.random.Generator) -> None:
     self.rng = rng
 
+  @abc.abstractmethod
   def choose(self, frontier: list[Entry], step: int) -> tuple[int, int, int]:
-    """Implemented by each policy (KernelBand's bandit, the baselines)."""
-    raise NotImplementedError(f"{type(self).__name__} must define choose()")
+    """(parent index, strategy index, cluster) for the next candidate."""
 
-  def update(self, frontier: list[Entry], cluster: int, strategy: int, r: float,
+  def update(self, frontier: list[Entry], cluster: int, strategy: int, r: float,  # noqa: B027
              child: Entry | None) -> None:
-    pass
+    """Learns from a reward; the baselines do not learn, so the default does nothing."""
 
 
 class KernelBandPolicy(Policy):
