@@ -140,7 +140,7 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
   for _ in range(s.num_steps):
     idx = rng.integers(0, len(rows), size=s.batch_size)
     params, opt_state, loss = step(params, opt_state, rows[idx], mask[idx])
-    sft_losses.append(float(loss))
+    sft_losses.append(loss)  # on device: one host transfer after the loop, not one per step
   arms.update(_trained_arms(model, params, ex, n, costs, "sft", hc_cost))
 
   r = config.rl
@@ -156,7 +156,7 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
     idx = rng.integers(0, len(logs.prompts), size=r.batch_size)
     params, opt_state, m = grpo_step(params, opt_state, logs.prompts[idx], logs.targets[idx],
                                      logs.target_lens[idx], k)
-    rl_rewards.append(float(m["reward"]))
+    rl_rewards.append(m["reward"])
   arms.update(_trained_arms(model, params, ex, n, costs, "sft_rl", hc_cost))
 
   # Examples for display: a few held-out completions with their placeholders.
@@ -170,7 +170,9 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
               for i in range(len(shown.tokens))]
   return dict(arms=arms, sweep=sweep.tolist(), tuned_threshold=tuned, h_star=h_star,
               sft_pairs=len(keep), sft_pairs_with_placeholder=with_ph,
-              sft_losses=sft_losses, rl_rewards=rl_rewards, examples=examples)
+              sft_losses=np.asarray(jax.device_get(sft_losses), np.float64).tolist(),
+              rl_rewards=np.asarray(jax.device_get(rl_rewards), np.float64).tolist(),
+              examples=examples)
 
 
 def _pm(values, pct=False) -> str:
