@@ -38,13 +38,19 @@ import ml_collections
 import jaxlab.presets
 
 
+def _network_dtypes():
+  # The networks' computation / weight dtypes (e.g. --config.pendulum.sac.dtype=bfloat16);
+  # None computes in the weights' dtype.
+  return dict(dtype=ml_collections.config_dict.placeholder(str), param_dtype="float32")
+
+
 def _sac(**kw):
   base = dict(num_envs=4, total_steps=12_000, learning_starts=250,
               num_evals=80, eval_envs=8, buffer_size=8_000, batch_size=128,
               hidden=64, num_layers=2, gamma=0.99, tau=0.005, alpha=0.1,
               target_entropy_scale=0.5, target_entropy_max=0.0, aes_kappa=4.0,
               aes_quantile=0.9, aes_fast_decay=0.99, aes_slow_decay=0.999,
-              aes_lambda_max=1.0)
+              aes_lambda_max=1.0, **_network_dtypes())
   base.update(kw)
   return ml_collections.ConfigDict(base)
 
@@ -55,7 +61,7 @@ def _ppo(**kw):
               gamma=0.99, gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5,
               ent_coef=0.01, max_grad_norm=0.5, hidden=64, aes_kappa=4.0,
               aes_quantile=0.9, aes_fast_decay=0.8, aes_slow_decay=0.98,
-              aes_lambda_max=0.1)
+              aes_lambda_max=0.1, **_network_dtypes())
   base.update(kw)
   return ml_collections.ConfigDict(base)
 

@@ -5,7 +5,7 @@ weight (SAC's temperature, PPO's entropy coefficient) from a traced mode index,
 so `jax.vmap` trains every arm at once. What they share lives here:
 
   * `AESKnobs`: the AES tracker's settings (`aes_*` fields), a dataclass both
-    configs extend.
+    configs extend; `NetworkDtypes`: their networks' `dtype` / `param_dtype`.
   * `AESWeights`: one tracker fed with TD errors, giving lambda_t under both
     square-root rules ("offset" and "sqrt", `aes_scheduler.RULES`) from the same
     drift proxy, so arms "aes" and "aes_sqrt" differ only in the rule.
@@ -68,6 +68,36 @@ class AESKnobs:
     if getattr(self, total) % getattr(self, every):
       raise ValueError(f"{cls}.{total} ({getattr(self, total)}) must be a multiple of "
                        f"{every} ({getattr(self, every)})")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkDtypes:
+  """The networks' computation and weight dtypes, as in `flax.linen.Dense`.
+
+  `dtype=None` computes in the inputs' / weights' dtype; e.g. `dtype="bfloat16"`
+  with `param_dtype="float32"` is mixed precision. The trainers cast the networks'
+  outputs to float32, so losses and log-probabilities stay in float32.
+  """
+  dtype: str | None = None
+  param_dtype: str = "float32"
+
+  def network_dtypes(self) -> dict[str, Any]:
+    """`dict(dtype=..., param_dtype=...)` for the networks; ValueError unless floating."""
+    cls = type(self).__name__
+    out = {}
+    for name in ("dtype", "param_dtype"):
+      v = getattr(self, name)
+      if v is None and name == "dtype":
+        out[name] = None
+        continue
+      try:
+        dt = jnp.dtype(v)
+      except TypeError as e:
+        raise ValueError(f"{cls}.{name} must name a dtype, got {v!r}") from e
+      if not jnp.issubdtype(dt, jnp.floating):
+        raise ValueError(f"{cls}.{name} must be a floating dtype, got {v!r}")
+      out[name] = dt
+    return out
 
 
 class AESWeights:

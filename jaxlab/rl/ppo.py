@@ -55,12 +55,13 @@ def ent_mode_index(name: str) -> Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig(aes_plumbing.AESKnobs):
+class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   """PPO settings; an update = one rollout of `num_envs * num_steps` steps.
 
   The `aes_*` fields come from `aes_plumbing.AESKnobs` (PPO's tracker sees one
   rollout per update, so its EMAs decay faster); AES's reference weight is
-  `ent_coef`.
+  `ent_coef`. `dtype` and `param_dtype` (from `aes_plumbing.NetworkDtypes`) set
+  the actor-critic's.
   """
   num_envs: int = 8
   num_steps: int = 64
@@ -89,6 +90,7 @@ class PPOConfig(aes_plumbing.AESKnobs):
     self._check_counts(("num_envs", "num_steps", "total_updates", "num_evals", "eval_envs",
                         "update_epochs", "num_minibatches", "hidden"),
                        "total_updates", "num_evals")
+    self.network_dtypes()
     if (self.num_envs * self.num_steps) % self.num_minibatches:
       raise ValueError("PPOConfig.num_envs * num_steps must be divisible by "
                        f"num_minibatches ({self.num_minibatches})")
@@ -187,7 +189,7 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
                                   "config.total_env_steps")
   params_at = denv.params_at
   n, ns = config.num_envs, config.num_steps
-  net = ActorCritic(env.num_actions, config.hidden)
+  net = ActorCritic(env.num_actions, config.hidden, **config.network_dtypes())
   _, unravel = ravel_pytree(net.init(jax.random.key(0),
                                      jnp.zeros((env.obs_dim,))))
   tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
@@ -197,7 +199,8 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
   mb = n * ns // config.num_minibatches
 
   def apply(flat, obs):
-    return net.apply(unravel(flat), obs)
+    # float32 outputs: the log-softmax and value loss stay float32 under a bf16 `config.dtype`.
+    return jax.tree.map(lambda x: x.astype(jnp.float32), net.apply(unravel(flat), obs))
 
   def init(key):
     k_p, k_env, key = jax.random.split(key, 3)

@@ -63,12 +63,13 @@ def alpha_mode_index(name: str) -> Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig(aes_plumbing.AESKnobs):
+class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   """SAC settings. Steps count vectorised environment steps.
 
   Each step adds `num_envs` transitions and does one gradient update (after
   `learning_starts` steps of uniform random actions). The `aes_*` fields come
-  from `aes_plumbing.AESKnobs`; AES's reference weight is `alpha`.
+  from `aes_plumbing.AESKnobs`; AES's reference weight is `alpha`. `dtype` and
+  `param_dtype` (from `aes_plumbing.NetworkDtypes`) set the actor's and critics'.
   """
   num_envs: int = 4
   total_steps: int = 12_000
@@ -92,6 +93,7 @@ class SACConfig(aes_plumbing.AESKnobs):
   def validate(self) -> None:
     self._check_counts(("num_envs", "total_steps", "num_evals", "eval_envs", "buffer_size",
                         "batch_size", "hidden", "num_layers"), "total_steps", "num_evals")
+    self.network_dtypes()
     if not 0 <= self.learning_starts < self.total_steps:
       raise ValueError("SACConfig.learning_starts must be in [0, total_steps)"
                        f", got {self.learning_starts!r}")
@@ -149,6 +151,10 @@ class DoubleCritic(nn.Module):
     qs = [_MLP(self.hidden, self.num_layers, 1, self.dtype, self.param_dtype)(x)[..., 0]
           for _ in range(2)]
     return jnp.stack(qs)
+
+
+def _float32(tree):
+  return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
 
 
 def sample_action(mean: Array, log_std: Array, key: Array
@@ -229,8 +235,8 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
   denv = aes_plumbing.DriftingEnv(env, drift, config.total_steps, "config.total_steps")
   params_at = denv.params_at
   n, od, ad = config.num_envs, env.obs_dim, env.action_dim
-  actor = Actor(ad, config.hidden, config.num_layers)
-  critic = DoubleCritic(config.hidden, config.num_layers)
+  actor = Actor(ad, config.hidden, config.num_layers, **config.network_dtypes())
+  critic = DoubleCritic(config.hidden, config.num_layers, **config.network_dtypes())
   actor_tx = optax.adam(config.actor_lr)
   critic_tx = optax.adam(config.critic_lr)
   alpha_tx = optax.adam(config.alpha_lr)
@@ -246,11 +252,12 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
   _, c_unravel = ravel_pytree(critic.init(
       jax.random.key(0), jnp.zeros((od,)), jnp.zeros((ad,))))
 
+  # float32 outputs: log-probabilities and TD targets stay float32 under a bf16 `config.dtype`.
   def actor_apply(flat, obs):
-    return actor.apply(a_unravel(flat), obs)
+    return _float32(actor.apply(a_unravel(flat), obs))
 
   def critic_apply(flat, obs, action):
-    return critic.apply(c_unravel(flat), obs, action)
+    return _float32(critic.apply(c_unravel(flat), obs, action))
 
   def init(key):
     k_a, k_c, k_env, key = jax.random.split(key, 4)
