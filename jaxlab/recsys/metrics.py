@@ -1,0 +1,114 @@
+"""Next-item ranking metrics: HR@k, NDCG@k, MRR@k over sampled negatives or all items.
+
+The rank of the target is the number of competitors scoring at least as high as it
+(ties count against the target, so a constant scorer gets no credit); rank 0 is a hit
+at the top. HR@k = 1[rank < k], NDCG@k = 1[rank < k] / log2(rank + 2) (one relevant
+item), MRR@k = 1[rank < k] / (rank + 1). A NaN target score ranks last (never a silent
+hit); NaN competitors are not counted.
+
+Example:
+  >>> import jax.numpy as jnp
+  >>> from jaxlab.recsys import metrics
+  >>> scores = jnp.array([[-1e9, 0.9, 0.1, 0.5, 0.7]])   # id 0 is padding
+  >>> ranks = metrics.full_ranks(scores, jnp.array([3]))   # 0.9 and 0.7 beat 0.5
+  >>> ranks
+  Array([2], dtype=int32)
+  >>> {k: round(float(v[0]), 4) for k, v in metrics.ranking_metrics(ranks, 10).items()}
+  {'hr': 1.0, 'ndcg': 0.5, 'mrr': 0.3333}
+"""
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+
+def _target_scores(scores, targets):
+  if scores.ndim != 2 or targets.shape != scores.shape[:1]:
+    raise ValueError(f"scores must be [b, n] and targets [b], got {scores.shape}, "
+                     f"{targets.shape}")
+  return jnp.take_along_axis(scores, targets[:, None], axis=-1)
+
+
+def sampled_ranks(scores: Float[Array, "b n"], targets: Int[Array, "b"],
+                  negatives: Int[Array, "b m"]) -> Int[Array, "b"]:
+  """Rank of each target among its own `m` sampled negatives (the paper's 1 + 100 protocol).
+
+  Args:
+    scores: scores over item ids 0..num_items.
+    targets: the positive item of each row.
+    negatives: m item ids per row that the user never interacted with.
+
+  Returns:
+    int32 ranks in [0, m]: how many negatives score >= the target (m if it is NaN).
+  """
+  pos = _target_scores(scores, targets)
+  neg = jnp.take_along_axis(scores, negatives, axis=-1)
+  rank = jnp.sum(neg >= pos, axis=-1).astype(jnp.int32)
+  return jnp.where(jnp.isnan(pos[:, 0]), negatives.shape[-1], rank).astype(jnp.int32)
+
+
+def full_ranks(scores: Float[Array, "b n"], targets: Int[Array, "b"]) -> Int[Array, "b"]:
+  """Rank of each target among every other real item (ids 1..n-1; padding 0 excluded).
+
+  Returns:
+    int32 ranks in [0, n - 2] (n - 2 if the target's score is NaN).
+  """
+  pos = _target_scores(scores, targets)
+  ids = jnp.arange(scores.shape[-1])
+  competitor = (ids[None] != targets[:, None]) & (ids[None] > 0)
+  rank = jnp.sum((scores >= pos) & competitor, axis=-1).astype(jnp.int32)
+  return jnp.where(jnp.isnan(pos[:, 0]), scores.shape[-1] - 2, rank).astype(jnp.int32)
+
+
+def ranking_metrics(ranks: Int[Array, "b"], k: int = 10) -> dict[str, Float[Array, "b"]]:
+  """Per-row HR@k, NDCG@k and MRR@k from 0-based ranks (average them over rows)."""
+  if k < 1:
+    raise ValueError(f"k must be >= 1, got {k}")
+  r = ranks.astype(jnp.float32)
+  hit = (ranks < k).astype(jnp.float32)
+  return dict(hr=hit, ndcg=hit / jnp.log2(r + 2.0), mrr=hit / (r + 1.0))
+
+
+def top_k_genre_share(scores: Float[Array, "b n"], item_genres: Float[Array, "n g"],
+                      genre: Int[Array, "b"], k: int = 10) -> Float[Array, "b"]:
+  """Share of the top-k items (full ranking, padding excluded) that carry `genre`.
+
+  Args:
+    scores: scores over item ids 0..n-1.
+    item_genres: {0, 1} genre membership of every id (row 0, padding, is all zero).
+    genre: the genre asked about in each row.
+    k: list length.
+
+  Returns:
+    Fraction in [0, 1] per row.
+  """
+  if item_genres.shape[0] != scores.shape[-1]:
+    raise ValueError(f"item_genres must have {scores.shape[-1]} rows, got {item_genres.shape}")
+  s = jnp.where(jnp.arange(scores.shape[-1])[None] > 0, scores, -jnp.inf)
+  s = jnp.where(jnp.isnan(s), -jnp.inf, s)
+  top = jnp.argsort(-s, axis=-1)[:, :k]
+  has = item_genres[top, genre[:, None]]  # [b, k]
+  return jnp.mean(has.astype(jnp.float32), axis=-1)
+
+
+def sample_negatives(rng: np.random.Generator, interacted: np.ndarray, num_items: int,
+                     num_negatives: int) -> np.ndarray:
+  """`num_negatives` distinct never-interacted item ids per row (numpy, at data build time).
+
+  Args:
+    rng: numpy generator.
+    interacted: int [b, t] item ids each user touched (history and target; 0 = padding).
+    num_items: real items are 1..num_items.
+    num_negatives: how many negatives per row.
+
+  Returns:
+    int32 [b, num_negatives].
+  """
+  b = interacted.shape[0]
+  seen = np.zeros((b, num_items + 1), bool)
+  seen[np.arange(b)[:, None], interacted] = True
+  seen[:, 0] = True
+  if (num_items + 1 - seen.sum(1)).min() < num_negatives:
+    raise ValueError(f"a user has fewer than {num_negatives} never-interacted items")
+  keys = np.where(seen, np.inf, rng.random((b, num_items + 1)))
+  return np.argsort(keys, axis=1)[:, :num_negatives].astype(np.int32)

@@ -1,0 +1,119 @@
+"""The `cramer` experiment: smoke run, per-arm resume, learning rates, criteria fed failing numbers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import cramer as cramer_config
+from jaxlab.experiments import cramer
+from jaxlab.recsys import sasrec, training
+from jaxlab.report import VERDICTS, judge_all, read_results
+from launch.configs import load_config
+
+
+class _Stop(Exception):
+  """Raised by a spy once it has seen what it needed."""
+
+
+def test_smoke_run_writes_table_and_resumes(tmp_path):
+  config = cramer_config.get_config("smoke")
+  assert config.experiment == "cramer" and len(config.seeds) >= 3
+  results = cramer.run(config, str(tmp_path))
+  on_disk = read_results(str(tmp_path))
+  report = on_disk["report"]
+  assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
+  assert {c["name"] for c in report["criteria"]} == set(config.criteria)
+  by_name = {c["name"]: c for c in report["criteria"]}
+  assert by_name["hr_over_frozen"]["n"] == len(config.seeds)
+  arms = cramer._split(config.arms)
+  assert set(on_disk["table"]) == set(arms)
+  for arm in arms:
+    cell = on_disk["table"][arm]
+    assert set(cell) == set(cramer.GROUPS)
+    for m in ("s_hr", "s_ndcg", "s_mrr", "f_hr"):
+      v = np.array(cell["request"][m]["per_seed"])
+      assert v.shape == (len(config.seeds),) and np.all((v >= 0) & (v <= 1))
+    # NDCG and MRR never exceed HR; full ranking is never easier than 1 + m sampled.
+    assert cell["request"]["s_ndcg"]["mean"] <= cell["request"]["s_hr"]["mean"] + 1e-9
+    assert cell["request"]["f_hr"]["mean"] <= cell["request"]["s_hr"]["mean"] + 1e-9
+  # The frozen backbone ignores the request: its genre share is the neutral one.
+  frozen = on_disk["table"]["frozen"]
+  for g in ("want", "avoid"):
+    assert frozen[g]["share"]["per_seed"] == frozen[g]["share_neutral"]["per_seed"]
+  assert results["backbone"]["loaded"] is False
+  # A second run loads the backbones, the embeddings and every arm from the workdir.
+  again = cramer.run(config, str(tmp_path))
+  assert again["backbone"]["loaded"] is True and again["encode_seconds"] == 0.0
+  assert again["table"] == read_results(str(tmp_path))["table"] == on_disk["table"]
+
+
+def test_cramer_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  config = load_config("cramer", "smoke")
+  config.optimizer.learning_rate = 0.125          # the arms
+  config.optimizer.backbone.learning_rate = 0.25  # the backbone stage
+  _, _, backbone_cfg, arm_cfg = cramer._configs(config)
+  assert backbone_cfg.learning_rate == pytest.approx(0.25)
+  assert arm_cfg.learning_rate == pytest.approx(0.125)
+  seen = []
+
+  def spy(learning_rate, *args, **kwargs):
+    seen.append(learning_rate)
+    raise _Stop
+
+  # Where the optimizer is built: the backbone is trained first...
+  monkeypatch.setattr(cramer, "_embeddings",
+                      lambda strings, *a: ({s: np.ones(4, np.float32) for s in strings}, 0.0))
+  monkeypatch.setattr(training.optax, "adam", spy)
+  with pytest.raises(_Stop):
+    cramer.run(config, str(tmp_path / "a"))
+  # ... then each arm, on the frozen backbone (here an untrained one).
+  monkeypatch.setattr(cramer, "_backbones", lambda c, model_cfg, *a: (
+      [_init(model_cfg)] * len(c.seeds), {}))
+  config.arms = "concat"
+  with pytest.raises(_Stop):
+    cramer.run(config, str(tmp_path / "b"))
+  assert seen == [pytest.approx(0.25), pytest.approx(0.125)]
+
+
+def _init(model_cfg):
+  model = sasrec.SASRec(model_cfg)
+  return model.init(jax.random.key(0), jnp.zeros((1, model_cfg.max_len), jnp.int32))["params"]
+
+
+def test_make_arm_names_and_errors():
+  config = cramer_config.get_config("smoke")
+  arm, hyper = cramer.make_arm("cramer_rho0.25", config)
+  assert arm.kind == "cramer" and hyper.rho == 0.25 and not hyper.shared_noise
+  assert cramer.make_arm("cramer_shared", config)[1].shared_noise
+  with pytest.raises(ValueError, match="Unknown arm"):
+    cramer.make_arm("rearank", config)
+  with pytest.raises(ValueError, match="rho"):
+    cramer.make_arm("cramer_rhoX", config)
+
+
+def _measured(effect: float, noise: float, seeds: int = 3) -> dict:
+  """Per-seed numbers with CRAMER ahead of (effect > 0) or behind its comparisons."""
+  jitter = noise * np.resize([1.0, -1.0, 0.3], seeds)
+  base = np.full(seeds, 0.4)
+  return {
+      "hr_over_frozen": (base + 0.03 + effect + jitter, base),
+      "ndcg_over_frozen": (base + effect + jitter, base),
+      "vs_best_fusion": (base - 0.02 + effect + jitter, base),
+      "want_shift": (base + 0.05 + effect + jitter, base),
+      "avoid_shift": (base - 0.05 - effect - jitter, base),
+      "per_instance_over_shared": (base + effect + jitter, base),
+      "high_rho_hurts": (base + effect + jitter, base),
+  }
+
+
+def test_criteria_fail_when_cramer_clearly_loses_and_are_inconclusive_in_noise():
+  config = cramer_config.get_config("quick")
+  row, results = judge_all(config.criteria, _measured(-0.2, noise=0.005))
+  assert row == "did not hold"
+  assert all(r.verdict == "did not hold" for r in results), [(r.name, r.verdict) for r in results]
+  row, results = judge_all(config.criteria, _measured(0.0, noise=0.2))
+  assert row == "inconclusive"
+  assert {r.name: r.verdict for r in results}["hr_over_frozen"] == "inconclusive"
+  row, _ = judge_all(config.criteria, _measured(0.2, noise=0.005))
+  assert row == "held"
