@@ -1,0 +1,115 @@
+"""CVGL-NIG: NIG evidential uncertainty + u-adaptive Soft InfoNCE on a synthetic two-view world.
+
+Command:
+  python -m launch.main --config=configs/cvgl.py:quick --workdir=runs/cvgl
+
+Presets:
+  smoke  a 12 x 12 world, batches of 16 pairs, 20 steps, 3 seeds, every arm and a
+         one-factor length-scale sweep (pipeline check; seconds once compiled).
+  quick  a 32 x 32 world (train on city 1's x < 24, test on its x >= 24 and on the same area
+         of cities 2-3), batches of 128 pairs (32 GPS tiles of 2 x 2), 400 AdamW steps,
+         3 seeds vmapped, four arms plus a length-scale sweep (x0.5, x2) of InfoNCE vs the
+         full method (~3 min on 2 idle cores).
+  full   batches of 256 pairs, 1500 steps, 5 seeds, sweep x0.5 / x2 / x4.
+
+Arms (`config.arms`, see `jaxlab.retrieval.training`): "infonce" (Sample4Geo, label
+smoothing 0.1), "fixed_soft" (Soft InfoNCE, constant eps), "soft_u" (the full method:
+u-adaptive Soft InfoNCE + DER), "der_only" (InfoNCE + DER). The DER target y, the u -> eps
+mapping, the head's layout and the world are jaxlab interpretations; every one is a knob
+under `config.cvgl`, `config.model` or `config.world`.
+
+Expected result: same-area and cross-city R@1 / R@5 / R@1% per arm (mean +- std over
+seeds), the full method's relative cross-city R@1 change vs InfoNCE (paper: +18% average in
+zero-shot cross-dataset transfer), the Spearman correlation of u with local roughness, and
+the criteria below judged on paired seeds, whatever the outcome.
+"""
+
+import ml_collections
+
+import jaxlab.presets
+
+
+def get_config(arg=None):
+  preset = jaxlab.presets.parse_preset(arg)
+  config = ml_collections.ConfigDict()
+  config.experiment = "cvgl"
+  config.preset = preset
+  config.seeds = (0, 1, 2)
+  config.arms = "infonce,fixed_soft,soft_u,der_only"
+
+  # The synthetic world (jaxlab construction; `jaxlab.retrieval.world.WorldConfig`).
+  config.world = ml_collections.ConfigDict(dict(
+      grid=32, latent_dim=8, obs_dim=8, num_features=64, street_tokens=8, street_radius=1.0,
+      sat_spacing=1.0, rough_ratio=0.3, rough_amp=1.0, mask_length=8.0, mask_gain=3.0,
+      train_frac=0.75, map_seed=1234))
+  # City 1 trains (and is tested on its held-out area); the others are zero-shot. Each
+  # city's field is also drawn per experiment seed.
+  config.cities = ml_collections.ConfigDict(dict(
+      city1=dict(seed=1, length_scale=4.0, noise=0.1, map_shift=0.0),
+      city2=dict(seed=2, length_scale=3.0, noise=0.15, map_shift=0.3),
+      city3=dict(seed=3, length_scale=6.0, noise=0.2, map_shift=0.5)))
+  config.model = ml_collections.ConfigDict(dict(
+      hidden=32, embed_dim=64, head_hidden=32,
+      head_stop_gradient=False))  # True: L_DER does not reach the backbone (spec's ablation)
+  # batch_size pairs = (batch_size / block^2) GPS tiles of block x block (jaxlab
+  # interpretation of Sample4Geo's GPS-neighbour sampling; block=1: random batches).
+  config.train = ml_collections.ConfigDict(dict(
+      num_steps=400, batch_size=128, block=2, weight_decay=1e-4, max_grad_norm=1.0,
+      num_logs=10))
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, schedule="warmup_cosine", warmup_frac=0.05))
+  # The method's knobs. jaxlab interpretations (the paper's code was unavailable):
+  #   target: the DER regression target y ("positive_similarity": stop-grad s_ii;
+  #     "margin": s_ii minus the hardest negative's similarity);
+  #   uncertainty: which NIG uncertainty sets eps ("epistemic", "aleatoric", "total");
+  #   eps_i = eps_max * u_i / (u_i + median_batch u) on the num_hard most similar
+  #     negatives, weighted by softmax(s_ij / hard_temperature); eps_fixed for "fixed_soft".
+  config.cvgl = ml_collections.ConfigDict(dict(
+      label_smoothing=0.1, eps_fixed=0.15, eps_max=0.3, der_weight=0.1, der_reg=1e-2,
+      num_hard=4, hard_temperature=0.1, target="positive_similarity",
+      uncertainty="epistemic"))
+  # Semi-positive density sweep: every city's length-scale times each factor (1.0 is the
+  # main run), for these arms.
+  config.sweep = ml_collections.ConfigDict(dict(
+      length_scale_factors=(0.5, 2.0), arms="infonce,soft_u"))
+
+  # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
+  config.criteria = ml_collections.ConfigDict(dict(
+      cross_city_r1=dict(
+          claim="u-adaptive Soft InfoNCE raises zero-shot cross-dataset R@1 over InfoNCE "
+                "(+18% average in the paper)",
+          metric="cross-city R@1 (mean over the zero-shot cities), soft_u / infonce",
+          direction="higher", threshold=1.0, kind="ratio", unit="R@1"),
+      same_area_r1=dict(
+          claim="same-area retrieval is kept (R@1 roughly equal to InfoNCE)",
+          metric="same-area R@1, soft_u minus infonce",
+          direction="higher", threshold=-0.02, unit="R@1"),
+      adaptive_over_fixed=dict(
+          claim="softening by uncertainty beats a constant softening",
+          metric="cross-city R@1, soft_u minus fixed_soft",
+          direction="higher", threshold=0.0, unit="R@1", primary=False),
+      soft_over_der_only=dict(
+          claim="the gain comes from the soft labels, not from the DER head alone",
+          metric="cross-city R@1, soft_u minus der_only",
+          direction="higher", threshold=0.0, unit="R@1", primary=False),
+      u_tracks_roughness=dict(
+          claim="the NIG uncertainty u measures environmental complexity",
+          metric="Spearman(u, local field roughness) on city 1's held-out area, soft_u, vs 0",
+          direction="higher", threshold=0.0, unit="Spearman rho", primary=False),
+      gain_grows_with_density=dict(
+          claim="the gain over InfoNCE is largest where semi-positives are dense",
+          metric="cross-city R@1 gain (soft_u - infonce) at the sweep's densest length-scale "
+                 "minus at its sparsest",
+          direction="higher", threshold=0.0, unit="R@1", primary=False)))
+
+  if preset == "smoke":
+    config.world.update(grid=12, num_features=16)
+    config.model.update(hidden=16, embed_dim=16, head_hidden=16)
+    config.train.update(num_steps=20, batch_size=16, num_logs=2)
+    config.cvgl.num_hard = 2
+    config.sweep.length_scale_factors = (2.0,)
+  elif preset == "full":
+    config.seeds = (0, 1, 2, 3, 4)
+    config.train.update(num_steps=1500, batch_size=256)
+    config.sweep.length_scale_factors = (0.5, 2.0, 4.0)
+  return config

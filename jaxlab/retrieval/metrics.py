@@ -1,0 +1,75 @@
+"""Retrieval metrics: Recall@k and Recall@1% of query -> reference retrieval (Sample4Geo's).
+
+Query i's true reference is reference i. Its rank is the number of references scored
+strictly higher than the true one (ties count in the query's favour, as a top-k of
+distinct scores would). R@k = mean(rank < k); R@1% uses k = max(1, round(0.01 * n)) like
+Sample4Geo's evaluation.
+
+Example:
+  >>> import numpy as np
+  >>> from jaxlab.retrieval import metrics
+  >>> s = np.array([[0.9, 0.1], [0.8, 0.2]])
+  >>> metrics.recall_at_k(s, (1,))
+  {'R@1': 0.5}
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+
+def ranks(similarities: npt.ArrayLike) -> np.ndarray:
+  """[n] rank of each query's true reference (0 = retrieved first) in an [n, n] score matrix."""
+  s = np.asarray(similarities, np.float64)
+  if s.ndim != 2 or s.shape[0] != s.shape[1] or s.shape[0] < 1:
+    raise ValueError(f"similarities must be a square [n, n] matrix, got shape {s.shape}")
+  if not np.all(np.isfinite(s)):
+    raise ValueError("similarities must be finite")
+  return np.sum(s > np.diag(s)[:, None], axis=1)
+
+
+def one_percent_k(n: int) -> int:
+  """The k of R@1% for a gallery of n references."""
+  return max(1, int(round(0.01 * n)))
+
+
+def recall_at_k(similarities: npt.ArrayLike, ks: Sequence[int] = (1, 5),
+                one_percent: bool = False) -> dict[str, float]:
+  """Recall@k for each k (and R@1% if asked).
+
+  Args:
+    similarities: [n, n] query x reference scores; pair i on the diagonal.
+    ks: the k values (each >= 1).
+    one_percent: also report "R@1%".
+
+  Returns:
+    {"R@k": fraction in [0, 1], ...}.
+  """
+  if any(int(k) < 1 for k in ks):
+    raise ValueError(f"every k must be >= 1, got {list(ks)}")
+  r = ranks(similarities)
+  out = {f"R@{int(k)}": float(np.mean(r < int(k))) for k in ks}
+  if one_percent:
+    out["R@1%"] = float(np.mean(r < one_percent_k(r.shape[0])))
+  return out
+
+
+def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+  """Spearman rank correlation of two [n] vectors (average ranks for ties); 0 if one is constant."""
+  a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+  if a.shape != b.shape or a.size < 2:
+    raise ValueError(f"a and b must be [n] with n >= 2 and equal shapes, got {a.shape}, {b.shape}")
+
+  def rank(x):
+    order = np.argsort(x, kind="stable")
+    r = np.empty_like(x)
+    r[order] = np.arange(x.size, dtype=np.float64)
+    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inv, weights=r)
+    return (sums / counts)[inv]
+
+  ra, rb = rank(a), rank(b)
+  if ra.std() == 0 or rb.std() == 0:
+    return 0.0
+  return float(np.corrcoef(ra, rb)[0, 1])

@@ -1,0 +1,204 @@
+"""Training and evaluation of one CVGL arm on the synthetic world (seeds vmapped, steps scanned).
+
+The four arms of the reproduction differ only in numbers (`ArmParams`), so they share one
+compiled program:
+
+* "infonce":    Sample4Geo's symmetric InfoNCE with label smoothing;
+* "fixed_soft": Soft InfoNCE with a constant eps (no uncertainty);
+* "soft_u":     the full method: Soft InfoNCE with eps_i = eps_max * u~_i, plus w_DER L_DER;
+* "der_only":   InfoNCE (label smoothing) plus w_DER L_DER (the head trains, u is unused).
+
+jaxlab interpretations (knobs of `TrainConfig`): the DER regression target y
+(`target="positive_similarity"`: y_i = stop_gradient(s_ii); `"margin"`: s_ii minus the
+hardest negative's similarity), which uncertainty sets eps (`uncertainty`), its squashing
+u / (u + median_batch u), the hard-negative count and temperature.
+
+Example:
+  >>> from jaxlab.retrieval import training
+  >>> arm = training.make_arm("soft_u", eps_max=0.3, der_weight=0.1)
+  >>> float(arm.adaptive)
+  1.0
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float
+
+from jaxlab.retrieval import losses, sampling
+from jaxlab.retrieval import world as world_lib
+from jaxlab.retrieval.model import CVGLModel
+from jaxlab.retrieval.nig import der_loss, nig_uncertainty
+
+ARMS = ("infonce", "fixed_soft", "soft_u", "der_only")
+TARGETS = ("positive_similarity", "margin")
+UNCERTAINTIES = ("epistemic", "aleatoric", "total")
+
+
+class ArmParams(NamedTuple):
+  """The numbers that distinguish the arms (arrays: one compiled program serves all)."""
+  label_smoothing: Array  # [] on the InfoNCE targets
+  eps_fixed: Array        # [] constant softening (used when adaptive = 0)
+  eps_max: Array          # [] eps_i = eps_max * u~_i (used when adaptive = 1)
+  adaptive: Array         # [] 1.0: u-adaptive eps, 0.0: eps_fixed
+  der_weight: Array       # [] w_DER (0: the NIG head is not trained)
+
+
+def make_arm(name: str, *, label_smoothing: float = 0.1, eps_fixed: float = 0.15,
+             eps_max: float = 0.3, der_weight: float = 0.1) -> ArmParams:
+  """The `ArmParams` of an arm name (one of `ARMS`)."""
+  if name not in ARMS:
+    raise ValueError(f"Unknown arm {name!r}; expected one of {ARMS}")
+  if not 0 <= eps_fixed < 1 or not 0 <= eps_max < 1:
+    raise ValueError(f"eps_fixed and eps_max must lie in [0, 1), got {eps_fixed}, {eps_max}")
+  vals = {"infonce": (label_smoothing, 0.0, 0.0, 0.0, 0.0),
+          "fixed_soft": (0.0, eps_fixed, 0.0, 0.0, 0.0),
+          "soft_u": (0.0, 0.0, eps_max, 1.0, der_weight),
+          "der_only": (label_smoothing, 0.0, 0.0, 0.0, der_weight)}[name]
+  return ArmParams(*(jnp.float32(v) for v in vals))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Static training settings (jaxlab interpretations are marked).
+
+  Attributes:
+    num_steps: optimizer steps.
+    block: GPS-neighbour tile side (batch = num_blocks * block^2 pairs; 1 = random batches).
+    num_blocks: tiles per batch.
+    weight_decay: AdamW weight decay.
+    max_grad_norm: global-norm gradient clipping.
+    num_hard: K hard negatives per row of the soft targets (jaxlab interpretation).
+    hard_temperature: tau_h of the softmax over hard negatives (jaxlab interpretation).
+    der_reg: lambda_R of the DER regulariser.
+    target: the DER regression target y (jaxlab interpretation), one of `TARGETS`.
+    uncertainty: which NIG uncertainty sets eps (jaxlab interpretation), one of
+      `UNCERTAINTIES`.
+    num_logs: per-step metrics are averaged into this many chunks.
+  """
+  num_steps: int = 600
+  block: int = 2
+  num_blocks: int = 64
+  weight_decay: float = 1e-4
+  max_grad_norm: float = 1.0
+  num_hard: int = 4
+  hard_temperature: float = 0.1
+  der_reg: float = 1e-2
+  target: str = "positive_similarity"
+  uncertainty: str = "epistemic"
+  num_logs: int = 10
+
+  def __post_init__(self):
+    if self.target not in TARGETS:
+      raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+    if self.uncertainty not in UNCERTAINTIES:
+      raise ValueError(f"uncertainty must be one of {UNCERTAINTIES}, got {self.uncertainty!r}")
+    if self.num_steps < 1 or self.num_logs < 1 or self.num_steps % self.num_logs:
+      raise ValueError(f"num_steps ({self.num_steps}) must be a positive multiple of num_logs "
+                       f"({self.num_logs})")
+
+
+def regression_target(similarities: Float[Array, "b b"], target: str) -> Float[Array, " b"]:
+  """The DER target y per pair (no gradient): s_ii, or s_ii - max_{j != i} s_ij ("margin")."""
+  s = jax.lax.stop_gradient(similarities)
+  pos = jnp.diagonal(s)
+  if target == "positive_similarity":
+    return pos
+  if target == "margin":
+    b = s.shape[0]
+    return pos - jnp.max(jnp.where(jnp.eye(b, dtype=bool), -jnp.inf, s), axis=-1)
+  raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+
+
+def batch_loss(model: CVGLModel, params: Any, street: Array, sat: Array, arm: ArmParams,
+               cfg: TrainConfig) -> tuple[Array, dict[str, Array]]:
+  """The arm's loss on one batch of view pairs, and its diagnostics."""
+  out = model.apply(params, street, sat)
+  sims = out.query @ out.reference.T
+  b = sims.shape[0]
+  nig = out.nig.nig
+  u = nig_uncertainty(nig)[cfg.uncertainty]
+  squashed = losses.squash_uncertainty(jax.lax.stop_gradient(u))
+  eps = arm.adaptive * arm.eps_max * squashed + (1.0 - arm.adaptive) * arm.eps_fixed
+  targets = losses.soft_targets(sims, eps, num_hard=cfg.num_hard,
+                                temperature=cfg.hard_temperature)
+  targets = (1.0 - arm.label_smoothing) * targets + arm.label_smoothing / b
+  ce = jnp.mean(losses.soft_infonce(logits=out.logit_scale * sims, targets=targets))
+  y = regression_target(sims, cfg.target)
+  der = jnp.mean(der_loss(y, nig, reg_weight=cfg.der_reg))
+  loss = ce + arm.der_weight * der
+  return loss, {"loss": loss, "infonce": ce, "der": der, "eps": jnp.mean(eps),
+                "logit_scale": out.logit_scale}
+
+
+def make_optimizer(learning_rate: optax.ScalarOrSchedule, cfg: TrainConfig
+                   ) -> optax.GradientTransformation:
+  """AdamW (Sample4Geo's optimizer) with global-norm clipping."""
+  return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
+                     optax.adamw(learning_rate, weight_decay=cfg.weight_decay))
+
+
+def make_train(model: CVGLModel, world_cfg: world_lib.WorldConfig, cfg: TrainConfig,
+               learning_rate: optax.ScalarOrSchedule) -> Callable:
+  """A jitted `train(cities, arm, seeds) -> (params, logs)`, vmapped over seeds.
+
+  `cities` is a stacked `world.City` (one training city per seed), `seeds` [S] integers
+  (each seeds the init, the batches and the view noise). Training runs on city 1's training area (x < split).
+  `logs` maps each diagnostic of `batch_loss` to [S, num_logs] chunk means.
+  """
+  tx = make_optimizer(learning_rate, cfg)
+  width, height = world_cfg.split, world_cfg.grid
+  if cfg.num_blocks > sampling.num_tiles(width, height, cfg.block):
+    raise ValueError(f"num_blocks={cfg.num_blocks} exceeds the {sampling.num_tiles(width, height, cfg.block)} "
+                     f"tiles of block {cfg.block} in the {width} x {height} training area")
+
+  def one_seed(city, arm, seed):
+    k_init, k_run = jax.random.split(jax.random.key(seed))
+    street, sat = world_lib.render_views(
+        world_cfg, city, jnp.zeros((2, 2)), jax.random.key(0))
+    params = model.init(k_init, street, sat)
+    opt_state = tx.init(params)
+
+    def step(carry, k):
+      params, opt_state = carry
+      k_batch, k_view = jax.random.split(k)
+      x = sampling.neighbour_batch(k_batch, width=width, height=height, block=cfg.block,
+                                   num_blocks=cfg.num_blocks)
+      street, sat = world_lib.render_views(world_cfg, city, x, k_view)
+      grads, logs = jax.grad(
+          lambda p: batch_loss(model, p, street, sat, arm, cfg), has_aux=True)(params)
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), opt_state), logs
+
+    (params, _), logs = jax.lax.scan(step, (params, opt_state),
+                                     jax.random.split(k_run, cfg.num_steps))
+    logs = jax.tree.map(lambda v: v.reshape(cfg.num_logs, -1).mean(-1), logs)
+    return params, logs
+
+  return jax.jit(jax.vmap(one_seed, in_axes=(0, None, 0)))
+
+
+def make_evaluate(model: CVGLModel, world_cfg: world_lib.WorldConfig) -> Callable:
+  """A jitted `evaluate(params, cities, seed) -> dict` on each city's held-out area, per seed.
+
+  `seed` (an integer shared by every model seed) draws the test views' noise. Returns
+  [S, ...] arrays: "similarities" [S, n, n] (street queries x satellite gallery), the NIG
+  uncertainties "epistemic" / "aleatoric" [S, n] of the queries, the local field
+  "roughness" [S, n] and the area's "density" of semi-positives [S].
+  """
+  x = world_lib.grid_locations(world_cfg, "test")
+
+  def one_seed(params, city, seed):
+    street, sat = world_lib.render_views(world_cfg, city, x, jax.random.key(seed))
+    out = model.apply(params, street, sat)
+    u = nig_uncertainty(out.nig.nig)
+    return {"similarities": out.query @ out.reference.T, "epistemic": u["epistemic"],
+            "aleatoric": u["aleatoric"], "roughness": world_lib.roughness(world_cfg, city, x),
+            "density": world_lib.semi_positive_density(world_cfg, city, x)}
+
+  return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None)))
+
