@@ -1,11 +1,15 @@
 """The `apc` experiment: smoke run with resume, and its criteria fed failing numbers."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import apc as apc_config
 from jaxlab.experiments import apc
 from jaxlab.report import VERDICTS, judge_all, read_results
+from jaxlab.train import lm as train_lm
+from launch.configs import load_config
 
 
 # ~60 CPU-seconds, mostly XLA compilation (base LM, decoder, edit-cost DP, GRPO step): the
@@ -62,3 +66,11 @@ def test_criteria_fail_when_apc_costs_more_and_hold_when_it_clearly_saves():
   assert row == "held"
   row, _ = judge_all(config.criteria, _measured(0.0, noise=3.0))
   assert row in ("inconclusive", "did not hold")
+
+
+def test_full_preset_model_has_the_spec_size():
+  # The spec's decoder has 2-4M parameters; quick keeps a 0.18M one to fit its budget.
+  config = load_config("apc", "full")
+  model = train_lm.make_model(config)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
+  assert 2e6 <= sum(x.size for x in jax.tree.leaves(shapes)) <= 4e6
