@@ -18,7 +18,8 @@ from types import ModuleType
 
 # Experiments rendered by `launch/reproduce.py`, in report order.
 REGISTRY: tuple[str, ...] = ("lm", "fp4", "oea", "ebplus", "modex", "aes", "qat_scaling", "eco",
-                            "ucpo", "kernelband", "apc", "zeroshot", "cramer", "cvgl")
+                            "ucpo", "kernelband", "apc", "zeroshot", "cramer", "cvgl",
+                            "spatial_deconfounder")
 
 
 def get(name: str) -> ModuleType:
