@@ -1,0 +1,100 @@
+"""Pose-ICL / SAPE: surface-anchored 3-D positions in an in-context DiT (`jaxlab.diffusion`).
+
+Command:
+  python -m launch.main --config=configs/pose_icl.py:quick --workdir=runs/pose_icl
+
+Presets:
+  smoke  8x8 images, a 1-block DiT, 8 steps, 3 seeds, every arm (pipeline check; its time is
+         one XLA compilation of the vmapped train + evaluate program).
+  quick  16x16 images (4x4 patches: 16 tokens per view, 64 with K = 3 references), a 2-block
+         d = 64 DiT, 300 rectified-flow steps of batch 16 per arm and seed, 3 seeds; all
+         4 arms x 3 seeds train as one vmapped program (the design's <= 3 min budget on 2
+         cores: measured 162 CPU-s; the spec's own plan, ~20k steps at 32x32, is the `full`
+         preset's direction). At this budget every arm stays at chance pose error.
+  full   32x32 images, d = 128, 4 blocks, 5000 steps of batch 16, 5 seeds.
+
+Arms (`config.arms`, see `jaxlab.diffusion.icl_task`): "sape" (SAPE RoPE only), "rope2d"
+(2-D grid RoPE, pose codes per image + target pose via adaLN), "plucker" (rope2d + Plücker
+rays per token), "sape_noref" (SAPE, references masked). K = 1..max_refs references at test.
+
+Every task choice is a jaxlab interpretation of the spec (the paper's method section is not
+public): the renderer, SAPE's box anchors and miss rule, the yaw splits, training over random
+K, the metrics' pixel stand-ins (pose by render search, colour-histogram identity).
+
+Expected result: per arm x split x K, PSNR, pose error (degrees), % within 15 degrees and
+identity distance, mean +- std over seeds; the criteria below are judged on paired seeds.
+"""
+
+import ml_collections
+
+import jaxlab.presets
+
+
+def get_config(arg=None):
+  preset = jaxlab.presets.parse_preset(arg)
+  config = ml_collections.ConfigDict()
+  config.experiment = "pose_icl"
+  config.preset = preset
+  config.seeds = (0, 1, 2)
+  config.arms = "sape,rope2d,plucker,sape_noref"
+
+  # jaxlab interpretation of the spec's toy setting (renderer, splits, SAPE's rules).
+  config.task = ml_collections.ConfigDict(dict(
+      image_size=16, patch=4, max_refs=3, num_train_objects=256, num_test_objects=32,
+      max_parts=3, min_parts=2, pitch_max=30.0,
+      train_yaw_max=270.0,     # yaws in [270, 360) are the extrapolation sector
+      band_period=30.0, band_width=10.0,  # interleaved held-out bands: the interpolation split
+      kappa=1.0,               # SAPE: pos = kappa (p + 1) / 2 G
+      sape_miss="grid"))       # tokens missing the box keep (row, col); "far": one far point
+  config.model = ml_collections.ConfigDict(dict(
+      d_model=64, num_layers=2, num_heads=4, d_ff=128,
+      rope_base=100.0))        # jaxlab interpretation: positions span only G = 4 units
+  config.train = ml_collections.ConfigDict(dict(num_steps=300, batch_size=16, grad_clip=1.0,
+                                                weight_decay=0.0))
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=2e-3, schedule="warmup_cosine", warmup_steps=20))
+  config.eval = ml_collections.ConfigDict(dict(
+      sample_steps=10,         # Euler steps of the rectified-flow sampler
+      pose_grid_step=10.0,     # degrees; the pose estimate's search grid (spec: 5)
+      num_show=6))             # generated views kept for the notebook / plot
+
+  # Declared before the run; judged on paired seeds by jaxlab.report.judge_all. Pose error and
+  # PSNR are means over K = 1..max_refs of the per-seed means over the test objects.
+  config.criteria = ml_collections.ConfigDict(dict(
+      pose_extrap=dict(
+          claim="SAPE gives better pose accuracy than a 2-D RoPE + adaLN pose baseline, most "
+                "of all on extrapolated poses",
+          metric="pose error (degrees) on the extrapolated yaw sector, SAPE minus 2-D RoPE",
+          direction="lower", threshold=0.0, unit="deg"),
+      pose_interp=dict(
+          claim="SAPE gives better pose accuracy than 2-D RoPE + adaLN on held-out poses",
+          metric="pose error (degrees) on interpolated held-out yaws, SAPE minus 2-D RoPE",
+          direction="lower", threshold=0.0, unit="deg"),
+      psnr_extrap=dict(
+          claim="SAPE reconstructs extrapolated views better than 2-D RoPE + adaLN",
+          metric="PSNR (dB) on the extrapolated sector, SAPE minus 2-D RoPE",
+          direction="higher", threshold=0.0, unit="dB", primary=False),
+      sape_vs_plucker_extrap=dict(
+          claim="(spec's hypothesis) SAPE beats the Plücker-ray baseline on extrapolation",
+          metric="pose error (degrees) on the extrapolated sector, SAPE minus Plücker",
+          direction="lower", threshold=0.0, unit="deg", primary=False),
+      refs_give_identity=dict(
+          claim="in-context references carry the subject's identity",
+          metric="colour-histogram distance to the references (both splits), SAPE minus "
+                 "SAPE without references",
+          direction="lower", threshold=0.0, unit="TV distance", primary=False)))
+
+  if preset == "smoke":
+    config.task.update(image_size=8, num_train_objects=16, num_test_objects=4)
+    config.model.update(d_model=32, num_layers=1, num_heads=2, d_ff=32)
+    config.train.update(num_steps=8, batch_size=4)
+    config.optimizer.warmup_steps = 2
+    config.eval.update(sample_steps=2, pose_grid_step=30.0, num_show=2)
+  elif preset == "full":
+    config.seeds = (0, 1, 2, 3, 4)
+    config.task.update(image_size=32, num_train_objects=1024, num_test_objects=64)
+    config.model.update(d_model=128, num_layers=4, num_heads=4, d_ff=256)
+    config.train.num_steps = 5000
+    config.optimizer.update(learning_rate=1e-3, warmup_steps=200)
+    config.eval.update(sample_steps=25, pose_grid_step=5.0)
+  return config
