@@ -1,0 +1,131 @@
+"""E-SCOT: span-constrained OT distillation across tokenizers with Renyi-entropy weighting.
+
+Command:
+  python -m launch.main --config=configs/escot.py:quick --workdir=runs/escot
+
+What runs (`jaxlab.experiments.escot`): tokenizers trained offline on the stdlib corpus
+(teacher BPE 4k; students: the same BPE, BPE 1k, Unigram 2k, the teacher's BPE with the
+"▁" marker instead of "Ġ", char-level), a 4-layer teacher trained once on the teacher
+tokenization and cached in the workdir, then 2-layer students on a small text subset for
+the same number of steps under SFT, ULD, MinED and E-SCOT, 3 paired seeds (same init and
+batches across methods), held-out bits per byte; and the time of span-sparse vs dense
+(Sinkhorn) coupling as the sequence grows.
+
+Presets:
+  smoke  tiny vocabularies, a 2-layer teacher, 2 students, a few steps (pipeline check).
+  quick  the five students at half the spec's vocabularies (teacher BPE 2k; BPE 512,
+         Unigram 1k), 64-char chunks, a 4-layer d=64 teacher (400 steps), 2-layer d=48
+         students (150 steps): sized for a loaded 2-core machine.
+  full   the spec's sizes (teacher d=256 on 4 MB, students d=128 on 200k chars).
+
+Every E-SCOT constant is a jaxlab interpretation of an unpublished formula (spec
+generative_recsys.md §2 (a')) and lives under `config.distill`.
+"""
+
+import ml_collections
+
+import jaxlab.presets
+
+
+def get_config(arg=None):
+  preset = jaxlab.presets.parse_preset(arg)
+  config = ml_collections.ConfigDict()
+  config.experiment = "escot"
+  config.preset = preset
+  config.seeds = (0, 1, 2)
+
+  # Text: the stdlib byte corpus as ASCII, cut into chunks every tokenizer encodes alone.
+  config.data = ml_collections.ConfigDict(dict(
+      max_bytes=1_000_000, val_fraction=0.1, chunk_chars=64,
+      student_chars=100_000,  # the students' small training subset (jaxlab interpretation)
+      val_chunks=256))
+  # Tokenizers: "<kind>:<vocab>" with kind bpe/unigram, "char", "teacher" (the teacher's
+  # own tokenizer) or "marker" (the teacher's BPE with the "▁" word-boundary marker).
+  config.tokenizers = ml_collections.ConfigDict(dict(
+      teacher="bpe:2048",
+      students="same=teacher,bpe512=bpe:512,unigram1k=unigram:1024,marker=marker,char=char",
+      # jaxlab interpretation: which students form the low-overlap regime (declared a priori:
+      # exact-string overlap with the teacher is broken by the marker or absent beyond chars).
+      low_overlap="marker,char"))
+
+  config.teacher = ml_collections.ConfigDict(dict(
+      model=dict(d_model=64, num_layers=4, num_heads=4, num_kv_heads=2, d_ff=192),
+      num_steps=400, batch_size=32))
+  config.model = ml_collections.ConfigDict(dict(
+      d_model=48, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128))
+  config.train = ml_collections.ConfigDict(dict(num_steps=150, batch_size=16))
+  # optimizer.* is the students'; optimizer.teacher the teacher's stage.
+  config.optimizer = ml_collections.ConfigDict(dict(
+      name="adamw", learning_rate=3e-3, schedule="warmup_cosine", warmup_steps=20, b1=0.9,
+      b2=0.95, weight_decay=0.1, grad_clip=1.0,
+      teacher=dict(learning_rate=3e-3, warmup_steps=50)))
+
+  # Distillation (every entry a jaxlab interpretation; spec §2 (a')).
+  config.distill = ml_collections.ConfigDict(dict(
+      methods="sft,uld,mined,escot",
+      lam=0.5,              # KD weight, the same for every KD method (spec: lambda in [0.1, 1])
+      temperature=1.0,      # teacher softmax temperature
+      top_k=16,             # ranks compared by ULD and E-SCOT's rank cost; MinED's teacher top-k
+      alpha=2.0,            # Renyi order (collision entropy)
+      tau=1.0,              # softmax temperature of the span weights
+      weighting="softmax",  # softmax | ratio | none
+      entropy_on="char",    # Renyi entropy of next-char ("char") or token ("token") distributions
+      char_weight=1.0,      # cost (iii): KL of next-character distributions
+      rank_weight=1.0,      # cost (i): sorted top-k L1 (ULD-style, vocabulary-free)
+      coupling="overlap",   # overlap (pi ~ shared characters) | start (first pair of each span)
+      mined_max_len=12))    # characters compared by MinED's edit distance
+  # Cost of the coupling as the sequence grows (teacher tokens n, student tokens 2n).
+  config.bench = ml_collections.ConfigDict(dict(
+      lengths=(32, 64, 128, 256, 512), repeats=9, epsilon=0.1, sinkhorn_iters=50))
+
+  # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
+  # "low overlap" = the mean held-out bits/byte over the `tokenizers.low_overlap` students.
+  config.criteria = ml_collections.ConfigDict(dict(
+      escot_not_below_sft=dict(
+          claim="E-SCOT removes negative transfer: at low vocabulary overlap it stays at or "
+                "above SFT (no worse than 0.01 bits/byte)",
+          metric="held-out bits/byte, low-overlap students, E-SCOT minus SFT",
+          direction="lower", threshold=-0.01, unit="bits/byte"),
+      escot_beats_ctkd=dict(
+          claim="at low overlap E-SCOT beats the earlier cross-tokenizer KD methods",
+          metric="held-out bits/byte, low-overlap students, E-SCOT minus the better of "
+                 "ULD and MinED",
+          direction="lower", threshold=0.0, unit="bits/byte"),
+      uld_below_sft=dict(
+          claim="at low overlap ULD falls below SFT (negative transfer)",
+          metric="held-out bits/byte, low-overlap students, ULD minus SFT",
+          direction="higher", threshold=0.0, unit="bits/byte", primary=False),
+      mined_below_sft=dict(
+          claim="at low overlap MinED falls below SFT (negative transfer)",
+          metric="held-out bits/byte, low-overlap students, MinED minus SFT",
+          direction="higher", threshold=0.0, unit="bits/byte", primary=False),
+      escot_gain_same_vocab=dict(
+          claim="with the teacher's own tokenizer, distillation helps (E-SCOT below SFT)",
+          metric="held-out bits/byte, 'same' student, E-SCOT minus SFT",
+          direction="lower", threshold=0.0, unit="bits/byte", primary=False)))
+
+  if preset == "smoke":
+    config.data.update(max_bytes=120_000, student_chars=20_000, chunk_chars=64, val_chunks=16)
+    config.tokenizers.update(teacher="bpe:300", students="bpe=bpe:200,char=char",
+                             low_overlap="char")
+    config.teacher.update(model=dict(d_model=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                                     d_ff=64), num_steps=10, batch_size=8)
+    config.model.update(d_model=16, num_heads=2, num_kv_heads=1, d_ff=32)
+    config.train.update(num_steps=8, batch_size=4)
+    config.optimizer.warmup_steps = 2
+    config.optimizer.teacher.warmup_steps = 2
+    config.distill.update(top_k=4, mined_max_len=6)
+    config.bench.update(lengths=(8, 16), repeats=1, sinkhorn_iters=5)
+    config.criteria.escot_gain_same_vocab.metric = "unused in smoke (no 'same' student)"
+  elif preset == "full":
+    config.data.update(max_bytes=4_000_000, chunk_chars=128, student_chars=200_000,
+                       val_chunks=512)
+    config.tokenizers.update(
+        teacher="bpe:4096",
+        students="same=teacher,bpe1k=bpe:1024,unigram2k=unigram:2048,marker=marker,char=char")
+    config.teacher.update(model=dict(d_model=256, num_layers=4, num_heads=4, num_kv_heads=2,
+                                     d_ff=768), num_steps=4000)
+    config.model.update(d_model=128, d_ff=384)  # the spec's student size
+    config.train.update(num_steps=1000, batch_size=32)
+    config.bench.lengths = (64, 128, 256, 512, 1024, 2048)
+  return config

@@ -1,0 +1,37 @@
+"""Cross-tokenizer knowledge distillation: E-SCOT (span-constrained OT + Renyi weights).
+
+Modules:
+  spans     synchronisation spans from character offsets, the sparse in-span coupling.
+  sinkhorn  a log-domain entropic OT solver in jnp (matches POT).
+  losses    Renyi entropy, the E-SCOT loss, and the ULD / MinED / dense-OT baselines.
+  tokenize  offline tokenizers with controlled vocabulary overlap (`tokenizers`).
+
+The E-SCOT formulation is a jaxlab interpretation of an unpublished method
+(spec: generative_recsys.md §2 (a')).
+"""
+
+from jaxlab.distill.losses import (
+    dense_ot_loss,
+    escot_loss,
+    kl_divergence,
+    mined_loss,
+    renyi_entropy,
+    sorted_topk,
+    span_weights,
+    uld_distance,
+    uld_loss,
+)
+from jaxlab.distill.sinkhorn import SinkhornOutput, sinkhorn
+from jaxlab.distill.spans import (
+    Coupling,
+    Spans,
+    dense_coupling,
+    overlap_coupling,
+    spans_from_offsets,
+)
+
+__all__ = [
+    "Coupling", "SinkhornOutput", "Spans", "dense_coupling", "dense_ot_loss", "escot_loss",
+    "kl_divergence", "mined_loss", "overlap_coupling", "renyi_entropy", "sinkhorn",
+    "sorted_topk", "span_weights", "spans_from_offsets", "uld_distance", "uld_loss",
+]

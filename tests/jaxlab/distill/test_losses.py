@@ -1,0 +1,131 @@
+"""Renyi entropy, ULD (sorted W1), span weights and the E-SCOT / MinED losses."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import wasserstein_distance
+
+from jaxlab.distill import (
+    escot_loss,
+    mined_loss,
+    overlap_coupling,
+    renyi_entropy,
+    span_weights,
+    spans_from_offsets,
+    uld_distance,
+    uld_loss,
+)
+
+
+def _probs(rng, *shape):
+  x = rng.gamma(0.3, size=shape)
+  return jnp.asarray(x / x.sum(-1, keepdims=True), jnp.float32)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0, math.inf])
+def test_renyi_entropy_closed_forms(alpha):
+  p = _probs(np.random.default_rng(0), 3, 6)
+  pn = np.asarray(p, np.float64)
+  if alpha == 1.0:
+    ref = -(pn * np.log(pn)).sum(-1)
+  elif math.isinf(alpha):
+    ref = -np.log(pn.max(-1))
+  else:
+    ref = np.log((pn ** alpha).sum(-1)) / (1 - alpha)
+  np.testing.assert_allclose(renyi_entropy(p, alpha), ref, rtol=1e-4)
+  np.testing.assert_allclose(renyi_entropy(jnp.ones(5) / 5, alpha), math.log(5), rtol=1e-5)
+  # Renyi entropies decrease in alpha.
+  assert np.all(np.asarray(renyi_entropy(p, 0.5)) >= np.asarray(renyi_entropy(p, 2.0)) - 1e-6)
+
+
+def test_uld_equals_sorted_w1_closed_form():
+  rng = np.random.default_rng(1)
+  for v, w in [(7, 7), (5, 11), (16, 3)]:
+    p, q = _probs(rng, v), _probs(rng, w)
+    length = max(v, w)
+    pad = lambda x, length=length: np.pad(np.asarray(x, np.float64), (0, length - len(x)))
+    ref = wasserstein_distance(pad(p), pad(q)) * length
+    np.testing.assert_allclose(uld_distance(p, q), ref, rtol=1e-5)
+  # Top-k truncation compares only the k largest probabilities.
+  p, q = jnp.array([0.6, 0.3, 0.1]), jnp.array([0.1, 0.5, 0.2, 0.2])
+  np.testing.assert_allclose(uld_distance(p, q, k=2), 0.1 + 0.1, rtol=1e-6)
+
+
+def test_span_weights_mean_one_and_follow_the_entropy_gap():
+  ent_t = jnp.array([1.0, 1.0, 3.0, 0.5])
+  ent_s = jnp.array([1.0, 1.0, 0.0, 0.5, 0.0])
+  span_t = jnp.array([0, 1, 2, 3])
+  span_s = jnp.array([0, 1, 2, 3, 9])  # the last student token is padding
+  weights = jax.jit(span_weights, static_argnames=("num_spans", "weighting"))
+  w = weights(ent_t, ent_s, span_t, span_s, 5)
+  assert float(w[4]) == 0.0
+  np.testing.assert_allclose(w[:4].sum(), 4.0, rtol=1e-5)
+  assert float(w[2]) == float(w.max())
+  np.testing.assert_allclose(w[:4], 4 * jax.nn.softmax(jnp.array([0.0, 0.0, 3.0, 0.0])),
+                             rtol=1e-5)
+  flat = weights(ent_t, ent_s, span_t, span_s, 5, weighting="none")
+  np.testing.assert_allclose(flat, [1, 1, 1, 1, 0])
+  with pytest.raises(ValueError, match="weighting"):
+    span_weights(ent_t, ent_s, span_t, span_s, 5, weighting="bad")
+
+
+def test_escot_loss_matches_a_hand_computation_and_vanishes_at_the_teacher():
+  rng = np.random.default_rng(2)
+  t_off = np.array([[0, 3], [3, 5], [5, 6]])
+  s_off = np.array([[0, 1], [1, 3], [3, 6]])
+  spans = spans_from_offsets(t_off, s_off)
+  c = overlap_coupling(t_off, s_off, spans)
+  vocab, chars, r = 6, 4, 3
+  first = np.zeros((vocab, chars), np.float32)
+  first[np.arange(vocab), [0, 1, 2, 3, 0, 1]] = 1
+  logp_s = jnp.log(_probs(rng, 3, vocab))
+  char_t = _probs(rng, 3, chars)
+  top_t = jax.lax.top_k(_probs(rng, 3, 5), r)[0]
+  ent_t = renyi_entropy(char_t, 2.0)
+  args = (char_t, top_t, ent_t, jnp.asarray(spans.teacher), logp_s, jnp.asarray(first),
+          jnp.asarray(spans.student), jnp.asarray(c.teacher), jnp.asarray(c.student),
+          jnp.asarray(c.span), jnp.asarray(c.mass, jnp.float32))
+  loss = jax.jit(escot_loss, static_argnames=("num_spans", "weighting", "rank_weight"))
+  got = loss(*args, num_spans=spans.num_spans, weighting="none", rank_weight=0.5)
+  p_s = np.exp(np.asarray(logp_s))
+  char_s = p_s @ first
+  ref = 0.0
+  for i, j, m in zip(c.teacher, c.student, c.mass, strict=True):
+    pt = np.asarray(char_t[i], np.float64)
+    kl = np.sum(pt * (np.log(pt) - np.log(char_s[j])))
+    rank = np.abs(np.asarray(top_t[i]) - np.sort(p_s[j])[::-1][:r]).sum()
+    ref += m * (kl + 0.5 * rank)
+  np.testing.assert_allclose(got, ref, rtol=1e-5)
+  # Weighted and differentiable: finite gradient w.r.t. the student.
+  grad = jax.jit(jax.grad(lambda lp: loss(*args[:4], lp, *args[5:],
+                                           num_spans=spans.num_spans)))(logp_s)
+  assert np.all(np.isfinite(grad))
+  # A student equal to the teacher (same tokenizer and distributions) has zero loss.
+  same = loss(char_t, top_t, ent_t, jnp.arange(3), jnp.log(char_t),
+                    jnp.eye(chars), jnp.arange(3), jnp.arange(3), jnp.arange(3), jnp.arange(3),
+                    jnp.ones(3) / 3, num_spans=3, rank_weight=0.0)
+  np.testing.assert_allclose(same, 0.0, atol=1e-6)
+
+
+def test_uld_and_mined_losses():
+  rng = np.random.default_rng(4)
+  top_t = jax.lax.top_k(_probs(rng, 4, 8), 3)[0]
+  logp_s = jnp.log(_probs(rng, 6, 5))
+  valid = jnp.array([1.0, 1.0, 1.0, 0.0])
+  got = jax.jit(uld_loss)(top_t, logp_s, valid)
+  p_s = np.exp(np.asarray(logp_s))
+  ref = np.mean([np.abs(np.asarray(top_t[t]) - np.sort(p_s[t])[::-1][:3]).sum()
+                 for t in range(3)])
+  np.testing.assert_allclose(got, ref, rtol=1e-5)
+  ids = jnp.asarray(rng.integers(0, 5, (4, 3)), jnp.int32)
+  t_index = jnp.array([0, 0, 1, 2, 3, 3])
+  mask = jnp.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+  got = jax.jit(mined_loss)(top_t, ids, logp_s, t_index, mask)
+  ref = []
+  for j in range(5):
+    q = np.asarray(top_t[t_index[j]]) / float(top_t[t_index[j]].sum())
+    ref.append(np.sum(q * (np.log(q) - np.asarray(logp_s[j])[np.asarray(ids[t_index[j]])])))
+  np.testing.assert_allclose(got, np.mean(ref), rtol=1e-5)
