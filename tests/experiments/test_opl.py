@@ -1,0 +1,96 @@
+"""The `opl` experiment: smoke run, per-arm resume, arms, the learning rate, failing criteria."""
+
+import numpy as np
+import pytest
+
+from configs import opl as opl_config
+from jaxlab.experiments import opl
+from jaxlab.privacy import mil
+from jaxlab.report import VERDICTS, judge_all, read_results
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  config = opl_config.get_config("smoke")
+  workdir = str(tmp_path_factory.mktemp("opl"))
+  return config, workdir, opl.run(config, workdir)
+
+
+def test_smoke_run_writes_table_and_resumes(smoke):
+  config, workdir, results = smoke
+  assert config.experiment == "opl" and len(config.seeds) >= 3
+  on_disk = read_results(workdir)
+  report = on_disk["report"]
+  assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
+  names = {c["name"] for c in report["criteria"]}
+  assert {"probe_near_chance", "auc_kept", "opl_probe_weaker"} <= names <= set(config.criteria)
+  assert set(on_disk["table"]) == {"none", "opl_k4", "gopl_k4_l1"}
+  for arm, cell in on_disk["table"].items():
+    assert set(cell) == set(opl.METRICS)
+    assert len(cell["auc"]["per_seed"]) == len(config.seeds)
+    assert 0.0 <= cell["auc"]["mean"] <= 1.0 and 0.0 <= cell["probe"]["mean"] <= 1.0
+    assert cell["ssc"]["mean"] is None if arm == "none" else 0.0 <= cell["ssc"]["mean"] <= 1.0
+  # No projection: the scores with and without projections are the same, ARD = 0.
+  assert on_disk["table"]["none"]["ard"]["mean"] == pytest.approx(0.0, abs=1e-9)
+  # A second run loads every arm from the arm cache and reports the same table.
+  again = opl.run(config, workdir)
+  assert again["table"] == read_results(workdir)["table"] == on_disk["table"]
+
+
+def test_arm_table_expands_families_over_k_and_lambda():
+  config = opl_config.get_config("quick")
+  arms = opl.arm_table(config)
+  assert len(arms) == 1 + 6 + 6 * 2
+  assert arms["none"] == (0, 0, 0.0) and arms["opl_k16"] == (0, 16, 0.0)
+  assert arms["gopl_k4_l0.1"] == (4, 4, 0.1)
+  assert opl.train_config(config).max_rank == 64
+  config.opl.arms = "none,inlp"
+  with pytest.raises(ValueError, match="families"):
+    opl.arm_table(config)
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_opl_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  config = opl_config.get_config("smoke")
+  config.optimizer.learning_rate = 0.0125
+  seen = []
+  real = mil.make_optimizer
+
+  def spy(learning_rate):
+    seen.append(float(learning_rate(0)) if callable(learning_rate) else float(learning_rate))
+    real(learning_rate)
+    raise _Stop
+
+  monkeypatch.setattr(mil, "make_optimizer", spy)
+  with pytest.raises(_Stop):
+    opl.run(config, str(tmp_path))
+  assert seen == [pytest.approx(0.0125)]
+
+
+def _measured(gopl_vs_rest: float, noise: float, seeds: int = 3) -> dict:
+  """Per-seed numbers with G-OPL better (positive) or worse than claimed."""
+  rng = np.random.default_rng(0)
+  j = lambda: noise * rng.standard_normal(seeds)
+  chance = np.full(seeds, 0.5)
+  return {
+      # claim: probe within 10 points of chance; gopl_vs_rest > 0 gets it closer.
+      "probe_near_chance": (chance + 0.10 - gopl_vs_rest + j(), chance + j()),
+      "auc_kept": (0.9 - 0.01 + gopl_vs_rest + j(), np.full(seeds, 0.9) + j()),
+      "opl_probe_weaker": (np.full(seeds, 0.75) - gopl_vs_rest + j(), np.full(seeds, 0.95) + j()),
+  }
+
+
+def test_criteria_fail_when_gopl_clearly_loses_and_are_inconclusive_in_noise():
+  config = opl_config.get_config("quick")
+  row, results = judge_all(config.criteria, _measured(-0.2, noise=0.005))
+  assert row == "did not hold"
+  assert all(r.verdict == "did not hold" for r in results if r.n), [
+      (r.name, r.verdict) for r in results]
+  # At the thresholds, inside the noise (5 seeds): nothing is decided.
+  row, results = judge_all(config.criteria, _measured(0.0, noise=0.2, seeds=5))
+  assert row == "inconclusive"
+  row, _ = judge_all(config.criteria, _measured(0.2, noise=0.005))
+  assert row == "held"
