@@ -1,0 +1,89 @@
+"""The `pc` experiment: smoke run + resume, the learning-rate key, criteria fed failing numbers."""
+
+import numpy as np
+import pytest
+
+from configs import pc as pc_config
+from jaxlab.experiments import pc
+from jaxlab.pc import training
+from jaxlab.report import VERDICTS, judge_all, read_results
+
+
+class _Stop(Exception):
+  """Raised by a spy once it has seen what it needed."""
+
+
+def test_smoke_run_writes_table_and_resumes(tmp_path):
+  config = pc_config.get_config("smoke")
+  assert config.experiment == "pc" and len(config.seeds) >= 3
+  results = pc.run(config, str(tmp_path))
+  on_disk = read_results(str(tmp_path))
+  report = on_disk["report"]
+  assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
+  assert {c["name"] for c in report["criteria"]} == set(config.criteria)
+  names = pc._split(config.datasets)
+  assert set(on_disk["table"]) == set(names)
+  for d in names:
+    row = on_disk["table"][d]
+    assert {"base", "hfv", "vt_lower", "vt_upper"} <= set(row)
+    for col in ("base", "hfv", "vt_lower", "vt_upper"):
+      assert len(row[col]["per_seed"]) == len(config.seeds)
+      assert np.all(np.isfinite(row[col]["per_seed"])), (d, col)
+    # The certified bracket is ordered and contains the trivial bound log f (Z <= 1).
+    lo, hi = np.array(row["vt_lower"]["per_seed"]), np.array(row["vt_upper"]["per_seed"])
+    assert np.all(lo <= hi) and np.all(lo >= np.array(row["vt_log_f"]["per_seed"]) - 1e-5)
+  assert len(report["plots"]) == 3
+  # A second run loads every data set from the arm cache and reports the same table.
+  again = pc.run(config, str(tmp_path))
+  assert again["table"] == on_disk["table"]
+
+
+def test_pc_uses_optimizer_learning_rate(monkeypatch):
+  config = pc_config.get_config("smoke")
+  config.optimizer.learning_rate = 0.0123
+  seen = []
+
+  def spy(learning_rate, params, **kwargs):
+    seen.append(learning_rate)
+    raise _Stop
+
+  monkeypatch.setattr(training, "make_optimizer", spy)
+  with pytest.raises(_Stop):
+    pc.run_dataset("moons", config)
+  assert seen == [pytest.approx(0.0123)]
+
+
+def _per_ds(vt_minus_base: float, hfv_minus_base: float, high_gap: float, seeds: int = 3,
+            noise: float = 0.005) -> dict:
+  """Fabricated per-data-set results with the given effects, in `run_dataset`'s layout."""
+  rng = np.random.default_rng(0)
+  out = {}
+  for d, dim in [("moons", 2), ("pinwheel", 2), ("wine", 13)]:
+    base = -2.0 + noise * rng.standard_normal(seeds)
+    lower = base + vt_minus_base + noise * rng.standard_normal(seeds)
+    gap = (high_gap if dim > 2 else 1.0) + noise * rng.standard_normal(seeds)
+    out[d] = dict(num_vars=dim, models=dict(
+        base=dict(ll=base.tolist()),
+        hfv=dict(ll=(base + hfv_minus_base + noise * rng.standard_normal(seeds)).tolist()),
+        vt=dict(ll_lower=lower.tolist(), ll_upper=(lower + gap).tolist())))
+  return out
+
+
+def test_criteria_fail_on_failing_numbers_and_hold_on_good_ones():
+  config = pc_config.get_config("quick")
+  row, results = judge_all(config.criteria, pc._measure(_per_ds(-0.5, -0.3, 0.2)))
+  assert row == "did not hold"
+  assert all(r.verdict == "did not hold" for r in results), [(r.name, r.verdict) for r in results]
+  row, results = judge_all(config.criteria, pc._measure(_per_ds(0.5, 0.0, 20.0)))
+  assert row == "held", [(r.name, r.verdict, r.effect) for r in results]
+
+
+def test_bad_config_names_raise(tmp_path):
+  config = pc_config.get_config("smoke")
+  config.models = "base,flow"
+  with pytest.raises(ValueError, match="flow"):
+    pc.run(config, str(tmp_path))
+  config = pc_config.get_config("smoke")
+  config.datasets = "mnist"
+  with pytest.raises(ValueError, match="mnist"):
+    pc.run(config, str(tmp_path))

@@ -1,0 +1,112 @@
+"""The VT sum node: cells, gates, the gate-gap bound, and the anytime normaliser bounds."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.pc import bounds, voronoi
+from tests.jaxlab.pc import pc_testing
+
+CENTROIDS = jnp.array([[-1.0, 0.0], [1.0, 0.5], [0.2, 1.5], [0.0, -1.2]])
+
+
+def _nearest(points, c):
+  return np.argmin(((points[:, None] - np.asarray(c)[None]) ** 2).sum(-1), axis=1)
+
+
+def test_classify_boxes_agrees_with_sampling():
+  rng = np.random.default_rng(0)
+  k, m = CENTROIDS.shape[0], 200
+  lo = rng.uniform(-2.5, 2.0, size=(k, m, 2))
+  hi = lo + rng.uniform(0.05, 1.5, size=(k, m, 2))
+  inside, outside = voronoi.classify_boxes(jnp.asarray(lo, jnp.float32),
+                                           jnp.asarray(hi, jnp.float32), CENTROIDS)
+  inside, outside = np.asarray(inside), np.asarray(outside)
+  assert inside.any() and outside.any() and (~inside & ~outside).any()
+  u = rng.uniform(size=(64, 2))
+  for cell in range(k):
+    for j in range(m):
+      pts = lo[cell, j] + u * (hi[cell, j] - lo[cell, j])
+      corners = np.array([[lo[cell, j, 0], lo[cell, j, 1]], [lo[cell, j, 0], hi[cell, j, 1]],
+                          [hi[cell, j, 0], lo[cell, j, 1]], [hi[cell, j, 0], hi[cell, j, 1]]])
+      near = _nearest(np.concatenate([pts, corners]), CENTROIDS) == cell
+      if inside[cell, j]:
+        assert near.all()
+      if outside[cell, j]:
+        assert not near.any()
+      if near[-4:].all():  # a convex cell holding all corners holds the box: must be "inside"
+        assert inside[cell, j]
+
+
+def test_inner_cube_lies_in_its_cell():
+  r = np.asarray(voronoi.inner_cube_halfwidth(CENTROIDS))
+  assert np.all(r > 0)
+  rng = np.random.default_rng(1)
+  for k in range(CENTROIDS.shape[0]):
+    pts = np.asarray(CENTROIDS[k]) + r[k] * rng.uniform(-0.999, 0.999, size=(500, 2))
+    assert np.all(_nearest(pts, CENTROIDS) == k)
+
+
+def test_gate_gap_respects_the_bound_and_vanishes():
+  x = jax.random.uniform(jax.random.key(0), (2000, 2), minval=-3, maxval=3)
+  gaps = []
+  for alpha in (1.0, 5.0, 50.0):
+    gap, bound = voronoi.gate_gap(x, CENTROIDS, alpha)
+    assert np.all(np.asarray(gap) <= np.asarray(bound) * (1 + 1e-5) + 1e-7)
+    gaps.append(float(jnp.mean(gap)))
+  assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.05
+  # Hard gates are the alpha -> infinity limit of soft ones.
+  hard = voronoi.hard_log_gates(x, CENTROIDS)
+  soft = voronoi.soft_log_gates(x, CENTROIDS, 1e4)
+  agree = np.argmax(np.asarray(hard), -1) == np.argmax(np.asarray(soft), -1)
+  assert agree.all()
+
+
+@pytest.fixture(scope="module")
+def vt_curve(small_models):
+  model, params = small_models["vt"]
+  mass = lambda lo, hi: model.apply(params, lo, hi, method="box_mass")
+  lz_lo, lz_hi = jax.jit(lambda: bounds.anytime_log_z_bounds(
+      mass, model.apply(params, method="log_pi"), model.apply(params, method="cell_centroids"),
+      domain_halfwidth=8.0, num_steps=32, capacity=768))()
+  z_quad = pc_testing.quadrature(lambda x: model.apply(params, x))
+  return np.exp(np.asarray(lz_lo, np.float64)), np.exp(np.asarray(lz_hi, np.float64)), z_quad
+
+
+def test_vt_bounds_bracket_quadrature_and_converge(vt_curve):
+  z_lo, z_hi, z_quad = vt_curve
+  assert z_quad < 0.999  # the hard gates removed mass: Z is a real correction
+  # Quadrature error of the midpoint rule with the cells' oblique edges is ~1e-5 here.
+  assert np.all(z_lo <= z_quad + 1e-4) and np.all(z_hi >= z_quad - 1e-4), (z_lo, z_hi, z_quad)
+  assert z_hi[-1] - z_lo[-1] < 2e-3, (z_lo[-1], z_hi[-1])
+  assert abs(0.5 * (z_lo[-1] + z_hi[-1]) - z_quad) < 1e-3
+
+
+def test_vt_bounds_tighten_monotonically(vt_curve):
+  z_lo, z_hi, _ = vt_curve
+  # Monotone up to float32 rounding of the accumulated masses.
+  assert np.all(np.diff(z_lo) >= -1e-6) and np.all(np.diff(z_hi) <= 1e-6)
+  assert z_hi[0] - z_lo[0] > 10 * (z_hi[-1] - z_lo[-1])  # and they really tighten
+
+
+def test_vt_log_density_is_a_lower_bound_on_the_normalised_density(small_models, vt_curve):
+  model, params = small_models["vt"]
+  z_lo, z_hi, _ = vt_curve
+  assert z_hi[-1] <= 1.0 + 1e-6  # Z <= 1: log f alone lower-bounds log p
+  x = pc_testing.blobs(50, seed=3)
+  hard = model.apply(params, x)
+  soft = model.apply(params, x, alpha=500.0)
+  # A sharp soft gate is the hard one except within ~1/alpha of the cell boundaries.
+  assert abs(float(jnp.mean(soft - hard))) < 0.05
+
+
+def test_bounds_reject_bad_settings(small_models):
+  model, params = small_models["vt"]
+  mass = lambda lo, hi: model.apply(params, lo, hi, method="box_mass")
+  args = (mass, model.apply(params, method="log_pi"),
+          model.apply(params, method="cell_centroids"))
+  with pytest.raises(ValueError, match="capacity"):
+    bounds.anytime_log_z_bounds(*args, domain_halfwidth=4.0, num_steps=1, capacity=0)
+  with pytest.raises(ValueError, match="domain_halfwidth"):
+    bounds.anytime_log_z_bounds(*args, domain_halfwidth=-1.0, num_steps=1, capacity=4)
