@@ -19,7 +19,7 @@ from types import ModuleType
 # Experiments rendered by `launch/reproduce.py`, in report order.
 REGISTRY: tuple[str, ...] = ("lm", "fp4", "oea", "ebplus", "modex", "aes", "qat_scaling", "eco",
                             "ucpo", "kernelband", "apc", "zeroshot", "cramer", "cvgl",
-                            "spatial_deconfounder", "pose_icl", "escot", "opl", "pc")
+                            "spatial_deconfounder", "pose_icl", "escot", "opl", "pc", "sata")
 
 
 def get(name: str) -> ModuleType:

@@ -1,0 +1,101 @@
+"""SATA: topology-agnostic motion autoencoder and zero-shot biped -> quadruped retargeting.
+
+Command:
+  python -m launch.main --config=configs/sata.py:quick --workdir=runs/sata
+
+Presets:
+  smoke  4 + 4 training clips per seed, 2 arms (sata, no_text), a handful of steps, 3 seeds
+         (pipeline check; MiniLM load + compilation dominate).
+  quick  128 clips per training species (biped, quadruped; every clip on its own random
+         skeleton), 16 frames at 20 fps, 400 steps of 8 clips for each of the five arms,
+         3 seeds vmapped; MiniLM embeddings of the ~45 joint descriptions cached in the
+         workdir (a few minutes on 2 cores).
+  full   512 clips per species, 32 frames, 3000 steps, 5 seeds.
+
+Arms (`config.arms`): "sata" (FiLM + gate, text, GINE + spatial + temporal Transformer),
+"no_film" (concatenation instead of modulation), "no_text" (geometry-only condition),
+"shuffled_text" (each skeleton's descriptions permuted among its own joints), "gnn_only"
+(SAME-like: no spatial Transformer, no text, concatenation). Each arm is a jaxlab
+interpretation of the spec's ablations.
+
+Expected result (spec §1(d)): comparable reconstruction across arms; the lowest zero-shot
+cross-species joint-position error with FiLM + text; GNN-only and no-text lose most out of
+topology. The report judges the criteria below on paired seeds, whatever the outcome.
+"""
+
+import ml_collections
+
+import jaxlab.presets
+
+
+def get_config(arg=None):
+  preset = jaxlab.presets.parse_preset(arg)
+  config = ml_collections.ConfigDict()
+  config.experiment = "sata"
+  config.preset = preset
+  config.seeds = (0, 1, 2)
+  config.arms = "sata,no_film,no_text,shuffled_text,gnn_only"
+
+  # jaxlab interpretation of the spec's procedural data (§1(d)).
+  config.data = ml_collections.ConfigDict(dict(
+      num_train=128,             # clips per training species
+      num_test=32,               # clips per test split (and hidden pairs)
+      num_frames=16, fps=20.0, max_joints=32, bone_jitter=0.3,
+      train_species="biped,quadruped", heldout_species="hexapod",
+      pair_source="biped", pair_target="quadruped"))
+  config.text = ml_collections.ConfigDict(dict(encoder_batch_size=64))
+  config.model = ml_collections.ConfigDict(dict(
+      width=32, num_blocks=1, num_heads=4, latent_dim=16, num_freqs=4))
+  # jaxlab interpretation: the paper's loss weights are unreported.
+  config.loss = ml_collections.ConfigDict(dict(
+      rotation=1.0, position=1.0, velocity=0.05, contact=0.2, root=0.5, kl=1e-4))
+  config.train = ml_collections.ConfigDict(dict(num_steps=400, batch_size=8, max_grad_norm=1.0))
+  # The paper: Adam, lr 1e-4, warm-up then exponential decay over 400 epochs; our short
+  # runs use a larger peak with warm-up + cosine (jaxlab interpretation).
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=3e-3, schedule="warmup_cosine", warmup_steps=20, end_frac=0.1))
+
+  # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
+  def vs(arm, metric, direction, claim, primary=False, threshold=0.0, unit="cm"):
+    return dict(claim=claim, metric=metric, direction=direction, threshold=threshold,
+                primary=primary, unit=unit)
+
+  jp = "retargeting joint-position error vs the hidden pair (cm), biped -> quadruped"
+  config.criteria = ml_collections.ConfigDict(dict(
+      retarget_vs_gnn_only=vs(
+          "gnn_only", f"{jp}: sata minus gnn_only", "lower",
+          "SATA's zero-shot cross-species error is far below the SAME-like GNN's "
+          "(34.6 vs 398 JP)", primary=True),
+      retarget_vs_no_text=vs(
+          "no_text", f"{jp}: sata minus no_text", "lower",
+          "joint text semantics lower cross-species error", primary=True),
+      retarget_vs_no_film=vs(
+          "no_film", f"{jp}: sata minus no_film", "lower",
+          "FiLM modulation beats concatenation (fusion ablation)"),
+      retarget_vs_shuffled_text=vs(
+          "shuffled_text", f"{jp}: sata minus shuffled_text", "lower",
+          "correct descriptions matter, not just extra inputs"),
+      gait_vs_no_text=vs(
+          "no_text", "retargeting gait-phase correlation: sata minus no_text", "higher",
+          "text semantics transfer the gait phase across species", unit="corr"),
+      heldout_vs_gnn_only=vs(
+          "gnn_only", "held-out hexapod reconstruction JP (cm): sata minus gnn_only", "lower",
+          "the model generalises to an unseen topology better than GNN-only"),
+      recon_comparable=vs(
+          "gnn_only", "seen-species reconstruction JR (deg): sata minus gnn_only", "lower",
+          "reconstruction on seen species is comparable across variants (within 1 deg)",
+          threshold=-1.0, unit="deg")))
+
+  if preset == "smoke":
+    config.arms = "sata,no_text"
+    config.data.update(num_train=4, num_test=4, num_frames=8)
+    config.model.update(width=16, num_heads=2, latent_dim=8, num_freqs=2)
+    config.train.update(num_steps=4, batch_size=4)
+    config.optimizer.warmup_steps = 1
+  elif preset == "full":
+    config.seeds = (0, 1, 2, 3, 4)
+    config.data.update(num_train=512, num_test=64, num_frames=32)
+    config.model.update(width=64, num_blocks=2, latent_dim=32)
+    config.train.update(num_steps=3000, batch_size=16)
+    config.optimizer.update(learning_rate=1e-3, warmup_steps=100)
+  return config

@@ -1,0 +1,293 @@
+"""SATA reproduction: does semantic (text) modulation make a motion autoencoder topology-agnostic?
+
+Per seed: procedural biped and quadruped clips (each on its own random skeleton,
+unpaired) train a SATA autoencoder; it is scored on reconstruction of fresh
+clips of the seen species (JR, JP), on a held-out hexapod (out of topology),
+and on zero-shot biped -> quadruped retargeting against hidden pairs (same gait
+parameters; never seen in training): joint-position error, root-velocity error,
+gait-phase correlation, contact F1. Arms (the ablations) are vmapped over seeds
+in one compiled program each and resume through `jaxlab.train.ArmCache`; seeds
+are paired (same data, same init key). The joint descriptions are embedded by
+MiniLM once and cached in the workdir (`sata_text.npz`).
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import jaxlab.report
+import jaxlab.train
+from jaxlab.motion import generate, strips, text_cache, training
+from jaxlab.motion import model as sata
+
+PAPER_CLAIM = ("SATA (joint-text FiLM modulation + graph/attention blocks + max-pooled latent) "
+               "retargets zero-shot across species with far lower error than a SAME-like GNN "
+               "(34.6 vs 398 JP) while reconstructing seen species as well")
+METHOD = "sata"
+ARMS = ("sata", "no_film", "no_text", "shuffled_text", "gnn_only")
+SPLITS = ("seen", "heldout", "retarget")
+METRICS = ("jr_deg", "jp_cm", "root_vel", "gait_corr", "contact_f1")
+
+
+def _split(s: str) -> list[str]:
+  return [x.strip() for x in str(s).split(",") if x.strip()]
+
+
+def model_config(name: str, config) -> sata.SataConfig:
+  """The `SataConfig` of an arm (jaxlab interpretation of the spec's ablations)."""
+  m = config.model
+  base = dict(width=m.width, num_blocks=m.num_blocks, num_heads=m.num_heads,
+              latent_dim=m.latent_dim, num_freqs=m.num_freqs,
+              max_frames=max(config.data.num_frames, 1))
+  arm = {"sata": {}, "shuffled_text": {}, "no_film": dict(modulation="concat"),
+         "no_text": dict(use_text=False),
+         "gnn_only": dict(spatial_attention=False, use_text=False, modulation="concat")}
+  if name not in arm:
+    raise ValueError(f"Unknown arm {name!r}; expected one of {ARMS}")
+  return sata.SataConfig(**base, **arm[name])
+
+
+def make_optimizer(config) -> optax.GradientTransformation:
+  """Adam on `config.optimizer` (schedule over `config.train.num_steps`), global-norm clipped."""
+  lr = jaxlab.train.make_schedule(config.optimizer, config.train.num_steps)
+  return optax.chain(optax.clip_by_global_norm(config.train.max_grad_norm), optax.adam(lr))
+
+
+def _embeddings(descriptions: list[str], config, workdir: str) -> tuple[np.ndarray, float]:
+  """MiniLM rows for `descriptions` (each embedded once), cached in the workdir."""
+  key = jaxlab.train.config_hash(descriptions)
+  path = os.path.join(workdir, "sata_text.npz")
+  if os.path.exists(path):
+    with np.load(path) as f:
+      if str(f["key"]) == key:
+        return f["embeddings"], 0.0
+  start = time.time()
+  emb = text_cache.minilm_embedder()(descriptions)
+  tmp = f"{path}.{os.getpid()}.tmp.npz"
+  np.savez(tmp, embeddings=emb, key=key)
+  os.replace(tmp, path)
+  return emb, time.time() - start
+
+
+def _data(config, seeds: list[int], workdir: str):
+  d = config.data
+  pair = (d.pair_source, d.pair_target)
+  splits = [generate.make_splits(
+      s, num_train=d.num_train, num_test=d.num_test, num_frames=d.num_frames, fps=d.fps,
+      train_species=tuple(_split(d.train_species)), heldout_species=d.heldout_species,
+      pair=pair, bone_jitter=d.bone_jitter) for s in seeds]
+  descriptions = sorted({t for sp in splits for clips in sp.values() for c in clips
+                         for t in c.skeleton.descriptions})
+  table, seconds = _embeddings(descriptions, config, workdir)
+  index = {t: i for i, t in enumerate(descriptions)}
+  packed = [{k: generate.pack(v, index, d.max_joints) for k, v in sp.items()} for sp in splits]
+  # The shuffled-text arm's training and test descriptions, drawn once per seed.
+  for s, p in zip(seeds, packed, strict=True):
+    rng = np.random.default_rng([s, 7])
+    p.update({f"{k}_shuffled": generate.shuffle_text(v, rng) for k, v in list(p.items())})
+  stacked = {k: {f: np.stack([getattr(p[k], f) for p in packed]) for f in
+                 generate.MotionData._fields} for k in packed[0]}
+  depth = max(int(v["depth"].max()) for v in stacked.values())
+  example = dict(source_parents=splits[0]["pair_source"][0].skeleton.parents.tolist(),
+                 target_parents=splits[0]["pair_target"][0].skeleton.parents.tolist())
+  return stacked, table, depth + 1, seconds, example
+
+
+def _arm_program(name: str, config, tx: optax.GradientTransformation, table: np.ndarray,
+                 num_levels: int):
+  """jit(vmap over seeds) of: train, then evaluate every split (+ one retargeted example)."""
+  net = sata.SataAutoencoder(model_config(name, config))
+  weights = training.LossWeights(**config.loss.to_dict())
+  t = config.train
+
+  def one_seed(data, key):
+    suffix = "_shuffled" if name == "shuffled_text" else ""
+    get = lambda k: data[k + suffix]  # noqa: E731
+    params, losses = training.train(net, tx, get("train"), table, key, num_steps=t.num_steps,
+                                    batch_size=t.batch_size, num_levels=num_levels,
+                                    weights=weights)
+    ev = lambda s, g: training.evaluate(net, params, get(s), get(g), table,  # noqa: E731
+                                        num_levels=num_levels)
+    out = dict(seen=ev("test_seen", "test_seen"), heldout=ev("test_heldout", "test_heldout"),
+               retarget=ev("pair_source", "pair_target"))
+    src, tgt = get("pair_source"), get("pair_target")
+    first = lambda d: jax.tree.map(lambda x: x[:1], d)  # noqa: E731
+    raw, _, _ = net.apply(params, src["features"][:1],
+                          training.skeleton_inputs(first(src), table),
+                          training.skeleton_inputs(first(tgt), table))
+    pred = training.decode_outputs(raw, first(tgt), num_levels)
+    lift = lambda pos, h: pos + jnp.stack([jnp.zeros_like(h), h, jnp.zeros_like(h)], -1)[  # noqa
+        ..., None, :]
+    example = dict(
+        source=lift(src["features"][0, ..., generate.POS], src["features"][0, :, 0, 16]),
+        target=lift(tgt["features"][0, ..., generate.POS], tgt["features"][0, :, 0, 16]),
+        retargeted=lift(pred["pos"][0], pred["root"][0, :, 3]))
+    return out, {k: v[-1] for k, v in losses.items()}, example
+
+  return jax.jit(jax.vmap(one_seed))
+
+
+def _summary(values) -> dict:
+  v = np.asarray(values, np.float64)
+  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
+
+
+def _pm(s: dict, digits: int = 2) -> str:
+  return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f}"
+
+
+def _measure(table: dict, arms: list[str]) -> dict:
+  def seeds(arm, split, metric):
+    return np.asarray(table[arm][split][metric]["per_seed"])
+
+  measured = {}
+  if METHOD not in arms:
+    return measured
+  pairs = {"retarget_vs_gnn_only": ("gnn_only", "retarget", "jp_cm"),
+           "retarget_vs_no_text": ("no_text", "retarget", "jp_cm"),
+           "retarget_vs_no_film": ("no_film", "retarget", "jp_cm"),
+           "retarget_vs_shuffled_text": ("shuffled_text", "retarget", "jp_cm"),
+           "gait_vs_no_text": ("no_text", "retarget", "gait_corr"),
+           "heldout_vs_gnn_only": ("gnn_only", "heldout", "jp_cm"),
+           "recon_comparable": ("gnn_only", "seen", "jr_deg")}
+  for name, (base, split, metric) in pairs.items():
+    if base in arms:
+      measured[name] = (seeds(METHOD, split, metric), seeds(base, split, metric))
+  return measured
+
+
+def _plots(workdir: str, table: dict, arms: list[str], example: dict | None) -> list[str]:
+  def draw_bars(ax):
+    x = np.arange(len(arms))
+    for i, (split, label) in enumerate((("seen", "seen species (recon)"),
+                                        ("heldout", "held-out hexapod (recon)"),
+                                        ("retarget", "biped -> quadruped (retarget)"))):
+      means = [table[a][split]["jp_cm"]["mean"] for a in arms]
+      stds = [table[a][split]["jp_cm"]["std"] for a in arms]
+      ax.bar(x + 0.27 * i, means, 0.27, yerr=stds, label=label)
+    ax.set_xticks(x + 0.27, arms)
+    ax.set_ylabel("joint-position error (cm)")
+    ax.set_title("SATA ablations: reconstruction and zero-shot retargeting")
+    ax.legend(fontsize=7)
+
+  plots = [jaxlab.report.save_plot(workdir, "sata_errors.png", draw_bars)]
+  if example is not None:
+    plots.append(jaxlab.report.save_plot(workdir, "sata_retarget_strip.png",
+                                         lambda ax: draw_example(ax, example)))
+  return plots
+
+
+def draw_example(ax, example: dict) -> None:
+  """Source (biped), retargeted and hidden-pair (quadruped) clips as frame strips."""
+  src_par = np.asarray(example["source_parents"])
+  tgt_par = np.asarray(example["target_parents"])
+  rows = (("target", tgt_par, "C2"), ("retargeted", tgt_par, "C3"), ("source", src_par, "C0"))
+  y = 0.0
+  for key, par, color in rows:  # stacked bottom to top, each above the previous one's top
+    pos = np.asarray(example[key])[:, :len(par)]
+    y -= float(pos[..., 1].min())
+    label = {"source": "source (biped)", "retargeted": "SATA retargeted (quadruped)",
+             "target": "hidden pair (quadruped)"}[key]
+    strips.draw_strip(ax, pos, par, frames=6, spacing=1.2, y_offset=y, color=color, label=label)
+    y += float(pos[..., 1].max()) + 0.2
+  ax.legend(fontsize=7, loc="upper right")
+  ax.set_title("Zero-shot biped -> quadruped retargeting (seed 0, first hidden pair)")
+
+
+def run(config, workdir: str) -> dict:
+  """Runs every arm (resuming finished ones), writes results.json, returns the results."""
+  os.makedirs(workdir, exist_ok=True)
+  t0 = time.time()
+  arms = _split(config.arms)
+  if not arms or any(a not in ARMS for a in arms):
+    raise ValueError(f"config.arms must name some of {ARMS}, got {config.arms!r}")
+  seeds = [int(s) for s in config.seeds]
+  if not seeds:
+    raise ValueError("config.seeds must be non-empty")
+  for a in arms:
+    model_config(a, config)  # fail on a bad knob before any work
+  tx = make_optimizer(config)  # one optimizer (and learning rate) for every arm
+  cache = jaxlab.train.ArmCache(workdir)
+  data_key = jaxlab.train.config_hash(config.seeds, config.data)
+  run_key = jaxlab.train.config_hash(data_key, config.model, config.loss, config.train,
+                                     config.optimizer)
+  loaded = {}
+
+  def data():
+    if not loaded:
+      d, table, levels, seconds, example = _data(config, seeds, workdir)
+      loaded.update(data=jax.device_put(d), table=table, levels=levels, encode=seconds,
+                    example=example)
+    return loaded
+
+  keys = jax.vmap(jax.random.key)(np.asarray(seeds))
+
+  def run_arm(name):
+    d = data()
+    start = time.time()
+    program = _arm_program(name, config, tx, d["table"], d["levels"])
+    out, final_loss, example = jax.device_get(program(d["data"], keys))
+    result = dict(metrics={s: {m: np.asarray(out[s][m]) for m in METRICS} for s in SPLITS},
+                  final_loss={k: np.asarray(v) for k, v in final_loss.items()},
+                  seconds=time.time() - start)
+    if name == METHOD:
+      result["example"] = dict({k: np.asarray(v[0]) for k, v in example.items()},
+                               **d["example"])
+    return result
+
+  per_arm = {a: cache.get_or_run(a, jaxlab.train.config_hash(run_key, a),
+                                 lambda a=a: run_arm(a)) for a in arms}
+  table = {a: {s: {m: _summary(r["metrics"][s][m]) for m in METRICS} for s in SPLITS}
+           for a, r in per_arm.items()}
+  row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(table, arms))
+  example = per_arm[METHOD].get("example") if METHOD in arms else None
+  plots = _plots(workdir, table, arms, example)
+
+  def describe(arm):
+    t = table[arm]
+    return (f"{arm}: retarget JP {_pm(t['retarget']['jp_cm'])} cm, gait corr "
+            f"{_pm(t['retarget']['gait_corr'])}, contact F1 {_pm(t['retarget']['contact_f1'])}, "
+            f"root vel err {_pm(t['retarget']['root_vel'], 3)} m/s; recon JR "
+            f"{_pm(t['seen']['jr_deg'])} deg / JP {_pm(t['seen']['jp_cm'])} cm; hexapod JP "
+            f"{_pm(t['heldout']['jp_cm'])} cm")
+
+  d = config.data
+  lines = [f"Mean ± std over {len(seeds)} paired seeds; JR degrees, JP cm (root-relative), "
+           "root velocity m/s."]
+  lines += [describe(a) + "." for a in arms]
+  lines.append(
+      f"Data: {d.num_train} clips per species ({d.train_species}), each on its own random "
+      f"skeleton (bone lengths ±{d.bone_jitter:.0%}, segment counts, naming styles), "
+      f"{d.num_frames} frames at {d.fps:g} fps; {d.num_test} hidden {d.pair_source} -> "
+      f"{d.pair_target} pairs; held-out {d.heldout_species}. Model width {config.model.width}, "
+      f"{config.model.num_blocks} block(s), {config.train.num_steps} steps x "
+      f"{config.train.batch_size} clips. Paper anchor (AT-HumanML3D -> AniMo zero-shot JP): "
+      "SATA 34.6 vs SAME 398.1.")
+  lines.append(
+      "jaxlab interpretation (the paper's data, loss weights and exact layers are not "
+      "available): procedural species with sinusoidal controllers; MiniLM instead of T5 for "
+      "joint descriptions; gnn_only = no spatial Transformer, no text, concatenation "
+      "(SAME-like); shuffled_text permutes each skeleton's descriptions among its joints; "
+      "output per joint 6-D rotation + 4 root + 1 contact.")
+  baselines = [a for a in arms if a != METHOD]
+  report = jaxlab.report.ReportRow(
+      method="SATA (topology-agnostic motion autoencoder)", paper_claim=PAPER_CLAIM,
+      baseline="; ".join(describe(a) for a in baselines) or "no baseline arm run",
+      ours=describe(METHOD) if METHOD in arms else "sata arm not run",
+      verdict=row_verdict, details=" ".join(lines), plots=tuple(plots), criteria=criteria)
+  results = dict(
+      experiment="sata", preset=config.preset, seeds=seeds, arms=arms, table=table,
+      final_loss={a: {k: _summary(v) for k, v in r["final_loss"].items()}
+                  for a, r in per_arm.items()},
+      arm_seconds={a: r["seconds"] for a, r in per_arm.items()},
+      example=example, encode_seconds=loaded.get("encode", 0.0),
+      seconds=time.time() - t0, config=json.loads(config.to_json_best_effort()),
+      report=dataclasses.asdict(report))
+  jaxlab.report.write_results(workdir, results)
+  return results

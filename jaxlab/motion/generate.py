@@ -1,0 +1,285 @@
+"""Procedural motion with hidden ground truth, and padded batches of clips for the model.
+
+Shared *semantic* gait parameters (speed, turn rate, cadence, start phase,
+bounce) drive species-specific controllers: every limb joint's local rotation
+is a sinusoid of the gait phase shifted by its limb's offset (`skeletons.PHASES`:
+biped legs alternate, quadrupeds trot, hexapods walk a tripod gait), the spine
+sways, a tail wags, and the root follows the integrated (speed, turn rate)
+path with a bounce. Foot contacts are read from forward kinematics (a foot is
+in contact while it is within a quarter of its height range of its lowest
+point). The same parameters on two species give a *paired* clip: used only to
+score retargeting, never for training.
+
+Example:
+  >>> import numpy as np
+  >>> from jaxlab.motion import skeletons
+  >>> rng = np.random.default_rng(0)
+  >>> sk = skeletons.make_skeleton("biped", rng)
+  >>> clip = generate_clip(sk, sample_params(rng), num_frames=16, fps=20.0)
+  >>> clip.local_rot.shape == (16, sk.num_joints, 3, 3), clip.features().shape[-1]
+  (True, 17)
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxlab.motion import skeletons
+
+# Per-joint feature layout (F_m of the spec): 6-D local rotation, root-relative
+# position, its velocity, contact, and the root's motion (on the root joint only).
+ROT, POS, VEL, CONTACT, ROOT = slice(0, 6), slice(6, 9), slice(9, 12), 12, slice(13, 17)
+NUM_FEATURES = 17
+# The root's motion: forward and lateral speed in its heading frame (m/s),
+# yaw rate (rad/s) and height (m).
+NUM_ROOT = 4
+# Static per-joint features: rest position relative to the root, offset from the parent.
+NUM_STATIC = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class GaitParams:
+  """Species-neutral semantic parameters of one clip (the hidden ground truth)."""
+  speed: float       # m/s along the heading
+  turn_rate: float   # rad/s
+  cadence: float     # gait cycles per second
+  phase0: float      # start phase, fraction of a cycle
+  bounce: float      # in [0, 1]: vertical bob and pitch
+  heading0: float    # start heading, rad
+
+
+def sample_params(rng: np.random.Generator) -> GaitParams:
+  """Draws gait parameters (jaxlab interpretation of the spec's ranges)."""
+  speed = float(rng.uniform(0.4, 1.6))
+  return GaitParams(speed=speed, turn_rate=float(rng.uniform(-0.6, 0.6)),
+                    cadence=float(0.7 + 0.5 * speed + rng.uniform(-0.1, 0.1)),
+                    phase0=float(rng.uniform()), bounce=float(rng.uniform()),
+                    heading0=float(rng.uniform(-np.pi, np.pi)))
+
+
+def _rot(axis: int, angle: np.ndarray) -> np.ndarray:
+  c, s = np.cos(angle), np.sin(angle)
+  r = np.zeros(angle.shape + (3, 3), np.float64)
+  i, j = [(1, 2), (2, 0), (0, 1)][axis]
+  r[..., axis, axis] = 1.0
+  r[..., i, i], r[..., i, j], r[..., j, i], r[..., j, j] = c, -s, s, c
+  return r
+
+
+def _fk(parents, offsets, local_rot, root_pos):
+  """NumPy FK over [T, J]: a loop over joints (data generation, not a hot path)."""
+  t, j = local_rot.shape[:2]
+  pos = np.zeros((t, j, 3))
+  rot = np.zeros((t, j, 3, 3))
+  pos[:, 0], rot[:, 0] = root_pos, local_rot[:, 0]
+  for k in range(1, j):
+    p = parents[k]
+    rot[:, k] = rot[:, p] @ local_rot[:, k]
+    pos[:, k] = pos[:, p] + rot[:, p] @ offsets[k]
+  return pos, rot
+
+
+# Swing amplitude (rad at speed 1 m/s) per (species, walks on the ground); jaxlab interpretation.
+_AMPLITUDE = {("biped", True): 0.5, ("biped", False): 0.3, ("quadruped", True): 0.4,
+              ("hexapod", True): 0.3}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Clip:
+  """One generated clip.
+
+  Attributes:
+    skeleton: its `Skeleton`.
+    params: the `GaitParams` that made it.
+    fps: frames per second.
+    local_rot: [T, J, 3, 3] local rotations; the root's holds the heading yaw.
+    root_pos: [T, 3] world root positions.
+    heading: [T] heading (yaw about +y) in rad.
+    contact: [T, J] bool foot contacts (False for non-contact joints).
+  """
+  skeleton: skeletons.Skeleton
+  params: GaitParams
+  fps: float
+  local_rot: np.ndarray
+  root_pos: np.ndarray
+  heading: np.ndarray
+  contact: np.ndarray
+
+  def heading_free(self) -> tuple[np.ndarray, np.ndarray]:
+    """(local rotations with the root's yaw removed [T, J, 3, 3], root-relative FK positions)."""
+    rot = self.local_rot.copy()
+    rot[:, 0] = _rot(1, -self.heading) @ rot[:, 0]
+    pos, _ = _fk(self.skeleton.parents, self.skeleton.offsets, rot, np.zeros((len(rot), 3)))
+    return rot, pos
+
+  def root_features(self) -> np.ndarray:
+    """[T, 4]: forward and lateral speed in the heading frame, yaw rate, height."""
+    vel = np.gradient(self.root_pos, axis=0) * self.fps
+    c, s = np.cos(self.heading), np.sin(self.heading)
+    forward = vel[:, 0] * s + vel[:, 2] * c
+    lateral = vel[:, 0] * c - vel[:, 2] * s
+    yaw_rate = np.gradient(np.unwrap(self.heading)) * self.fps
+    return np.stack([forward, lateral, yaw_rate, self.root_pos[:, 1]], -1).astype(np.float32)
+
+  def features(self) -> np.ndarray:
+    """[T, J, 17] per-joint dynamic features (layout: `ROT`, `POS`, `VEL`, `CONTACT`, `ROOT`)."""
+    rot, pos = self.heading_free()
+    t, j = rot.shape[:2]
+    out = np.zeros((t, j, NUM_FEATURES), np.float32)
+    out[..., ROT] = np.concatenate([rot[..., :, 0], rot[..., :, 1]], -1)
+    out[..., POS] = pos
+    out[..., VEL] = np.gradient(pos, axis=0) * self.fps
+    out[..., CONTACT] = self.contact
+    out[:, 0, ROOT] = self.root_features()
+    return out
+
+
+def generate_clip(skeleton: skeletons.Skeleton, params: GaitParams, *, num_frames: int,
+                  fps: float) -> Clip:
+  """Runs the species controller of `skeleton` with `params` for `num_frames` frames."""
+  if num_frames < 2:
+    raise ValueError(f"num_frames must be >= 2, got {num_frames}")
+  if not fps > 0:
+    raise ValueError(f"fps must be > 0, got {fps}")
+  sk, p = skeleton, params
+  t = np.arange(num_frames) / fps
+  theta = 2 * np.pi * (p.phase0 + p.cadence * t)                        # [T]
+  j = sk.num_joints
+  angle = np.zeros((num_frames, j, 3))                                   # per-axis angles
+  limb = ~np.isnan(sk.limb_phase)
+  psi = theta[:, None] + 2 * np.pi * np.nan_to_num(sk.limb_phase)[None]  # [T, J]
+  amp = np.array([_AMPLITUDE.get((sk.species, bool(g)), 0.3) for g in sk.ground_limb])
+  amp = amp * (0.5 + 0.5 * p.speed)
+  flex = np.maximum(0.0, np.sin(psi + np.pi / 2))
+  seg = sk.segment
+  pitch = np.where(seg == 0, amp * np.sin(psi),
+                   np.where(seg == 1, 1.6 * amp * flex,
+                            np.where(seg == 2, -0.8 * amp * flex, 0.5 * amp * flex)))
+  angle[..., 0] = np.where(limb[None], pitch, 0.0)
+  roles = np.array(sk.roles)
+  spine = np.char.startswith(roles, "spine")
+  angle[..., 1] += np.where(spine[None], 0.06 * np.sin(theta)[:, None], 0.0)
+  tail = roles == "tail"
+  tail_index = np.cumsum(tail) * tail
+  angle[..., 1] += np.where(tail[None], 0.35 * np.sin(theta[:, None] - 0.6 * tail_index[None]),
+                            0.0)
+  head = (roles == "neck") | (roles == "head")
+  angle[..., 0] += np.where(head[None], -0.08 * p.bounce * np.sin(2 * theta)[:, None], 0.0)
+  local = _rot(1, angle[..., 1]) @ _rot(0, angle[..., 0])
+  heading = p.heading0 + p.turn_rate * t
+  local[:, 0] = _rot(1, heading) @ _rot(0, 0.05 * p.bounce * np.sin(2 * theta))
+  # Root path: the heading integrated at constant speed; height keeps the rest-pose
+  # feet on the ground, minus a bounce at twice the gait frequency.
+  rest = sk.rest_positions()
+  leg = -rest[sk.contact, 1].min()
+  height = leg - 0.04 * leg * p.bounce * (1 - np.cos(2 * theta)) / 2
+  step = p.speed / fps
+  x = np.concatenate([[0.0], np.cumsum(step * np.sin(heading[:-1]))])
+  z = np.concatenate([[0.0], np.cumsum(step * np.cos(heading[:-1]))])
+  root_pos = np.stack([x, height, z], -1)
+  pos, _ = _fk(sk.parents, sk.offsets, local, root_pos)
+  foot = pos[..., 1]
+  low, high = foot.min(0, keepdims=True), foot.max(0, keepdims=True)
+  contact = (foot - low <= 0.25 * (high - low)) & sk.contact[None]
+  return Clip(sk, p, float(fps), local.astype(np.float32), root_pos.astype(np.float32),
+              heading.astype(np.float32), contact)
+
+
+class MotionData(NamedTuple):
+  """A padded batch of clips: J padded to `max_joints`, padding masked out.
+
+  Attributes:
+    features: [N, T, J, 17] dynamic features (`generate` layout).
+    static: [N, J, 6] rest position (root-relative) and parent offset per joint.
+    offsets: [N, J, 3] parent offsets (for forward kinematics).
+    parents: [N, J] int32 parents (-1 root; padding joints point at the root).
+    depth: [N, J] int32 topological depth.
+    text_id: [N, J] int32 row of the joint's description in the text table.
+    mask: [N, J] bool real joints.
+    contact_joint: [N, J] bool foot joints.
+    swing_joint: [N, J] bool upper segments of walking limbs (gait-phase metric).
+  """
+  features: np.ndarray
+  static: np.ndarray
+  offsets: np.ndarray
+  parents: np.ndarray
+  depth: np.ndarray
+  text_id: np.ndarray
+  mask: np.ndarray
+  contact_joint: np.ndarray
+  swing_joint: np.ndarray
+
+
+def pack(clips: Sequence[Clip], text_index: dict[str, int], max_joints: int) -> MotionData:
+  """Pads clips into a `MotionData`; `text_index` maps each description to its table row."""
+  if not clips:
+    raise ValueError("clips must be non-empty")
+  n, t = len(clips), clips[0].local_rot.shape[0]
+  out = MotionData(
+      features=np.zeros((n, t, max_joints, NUM_FEATURES), np.float32),
+      static=np.zeros((n, max_joints, NUM_STATIC), np.float32),
+      offsets=np.zeros((n, max_joints, 3), np.float32),
+      parents=np.zeros((n, max_joints), np.int32), depth=np.zeros((n, max_joints), np.int32),
+      text_id=np.zeros((n, max_joints), np.int32), mask=np.zeros((n, max_joints), bool),
+      contact_joint=np.zeros((n, max_joints), bool), swing_joint=np.zeros((n, max_joints), bool))
+  for i, c in enumerate(clips):
+    sk = c.skeleton
+    j = sk.num_joints
+    if j > max_joints:
+      raise ValueError(f"a {sk.species} skeleton has {j} joints > max_joints={max_joints}")
+    if c.local_rot.shape[0] != t:
+      raise ValueError("every clip must have the same number of frames")
+    out.features[i, :, :j] = c.features()
+    out.static[i, :j] = np.concatenate([sk.rest_positions(), sk.offsets], -1)
+    out.offsets[i, :j] = sk.offsets
+    out.parents[i, :j] = sk.parents
+    out.depth[i, :j] = sk.depth
+    out.text_id[i, :j] = [text_index[d] for d in sk.descriptions]
+    out.mask[i, :j] = True
+    out.contact_joint[i, :j] = sk.contact
+    out.swing_joint[i, :j] = (sk.segment == 0) & sk.ground_limb
+  return out
+
+
+def shuffle_text(data: MotionData, rng: np.random.Generator) -> MotionData:
+  """Each clip's descriptions permuted among its own joints (the shuffled-text ablation)."""
+  text_id = data.text_id.copy()
+  for i in range(len(text_id)):
+    j = int(data.mask[i].sum())
+    text_id[i, :j] = text_id[i, rng.permutation(j)]
+  return data._replace(text_id=text_id)
+
+
+def make_splits(seed: int, *, num_train: int, num_test: int, num_frames: int, fps: float,
+                train_species: Sequence[str] = ("biped", "quadruped"),
+                heldout_species: str = "hexapod", pair: tuple[str, str] = ("biped", "quadruped"),
+                bone_jitter: float = 0.3) -> dict[str, list[Clip]]:
+  """Clips of one seed: every clip on its own random skeleton.
+
+  Returns:
+    "train": `num_train` clips per training species (unpaired, shuffled);
+    "test_seen": `num_test` fresh clips per training species (reconstruction);
+    "test_heldout": `num_test` clips of `heldout_species` (out-of-topology reconstruction);
+    "pair_source" / "pair_target": `num_test` hidden pairs (same `GaitParams`, species
+      `pair[0]` and `pair[1]`), used for scoring retargeting only.
+  """
+  for s in (*train_species, heldout_species, *pair):
+    if s not in skeletons.SPECIES:
+      raise ValueError(f"unknown species {s!r}; expected one of {skeletons.SPECIES}")
+  rng = np.random.default_rng(seed)
+
+  def clip(species, params=None):
+    sk = skeletons.make_skeleton(species, rng, bone_jitter=bone_jitter)
+    return generate_clip(sk, params or sample_params(rng), num_frames=num_frames, fps=fps)
+
+  train = [clip(s) for s in train_species for _ in range(num_train)]
+  order = rng.permutation(len(train))
+  splits = dict(train=[train[i] for i in order],
+                test_seen=[clip(s) for s in train_species for _ in range(num_test)],
+                test_heldout=[clip(heldout_species) for _ in range(num_test)])
+  params = [sample_params(rng) for _ in range(num_test)]
+  splits["pair_source"] = [clip(pair[0], p) for p in params]
+  splits["pair_target"] = [clip(pair[1], p) for p in params]
+  return splits

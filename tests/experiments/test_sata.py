@@ -1,0 +1,109 @@
+"""The `sata` experiment: smoke run + resume, the learning-rate knob, criteria fed failing numbers."""
+
+import numpy as np
+import optax
+import pytest
+
+from configs import sata as sata_config
+from jaxlab.experiments import sata
+from jaxlab.report import VERDICTS, judge_all, read_results
+
+
+# ~120 CPU-s on the loaded 2-core machine (MiniLM load + two arms' train/eval compilation).
+@pytest.mark.slow
+def test_smoke_run_writes_table_and_resumes(tmp_path):
+  config = sata_config.get_config("smoke")
+  assert config.experiment == "sata" and len(config.seeds) >= 3
+  results = sata.run(config, str(tmp_path))
+  on_disk = read_results(str(tmp_path))
+  report = on_disk["report"]
+  assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
+  assert {c["name"] for c in report["criteria"]} == set(config.criteria)
+  measured = [c for c in report["criteria"] if c["verdict"] != "not measured"]
+  assert {c["name"] for c in measured} == {"retarget_vs_no_text", "gait_vs_no_text"}
+  assert all(c["n"] == len(config.seeds) for c in measured)
+  arms = sata._split(config.arms)
+  assert set(on_disk["table"]) == set(arms)
+  for arm in arms:
+    for split in sata.SPLITS:
+      cell = on_disk["table"][arm][split]
+      assert set(cell) == set(sata.METRICS)
+      for m in sata.METRICS:
+        assert len(cell[m]["per_seed"]) == len(config.seeds)
+        assert np.all(np.isfinite(cell[m]["per_seed"]))
+      assert 0.0 <= cell["contact_f1"]["mean"] <= 1.0 and cell["jr_deg"]["mean"] >= 0.0
+  example = on_disk["example"]
+  assert np.asarray(example["retargeted"]).shape[-1] == 3
+  assert len(example["target_parents"]) <= np.asarray(example["retargeted"]).shape[1]
+  # The MiniLM table is cached in the workdir, and every arm resumes from the arm cache.
+  again = sata.run(config, str(tmp_path))
+  assert again["encode_seconds"] == 0.0
+  assert again["table"] == read_results(str(tmp_path))["table"] == on_disk["table"]
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_sata_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  config = sata_config.get_config("smoke")
+
+  def update_norm(cfg):
+    tx = sata.make_optimizer(cfg)
+    params = {"w": np.zeros(8, np.float32)}
+    updates, _ = tx.update({"w": np.linspace(-0.1, 0.1, 8, dtype=np.float32)}, tx.init(params),
+                           params)
+    return float(optax.tree.norm(updates))
+
+  config.optimizer.update(schedule="constant")
+  base = update_norm(config)
+  config.optimizer.learning_rate *= 2
+  np.testing.assert_allclose(update_norm(config), 2 * base, rtol=1e-5)
+  assert base > 0
+  # run() builds the one optimizer of every arm through make_optimizer with this config.
+  seen = []
+
+  def spy(cfg):
+    seen.append(float(cfg.optimizer.learning_rate))
+    raise _Stop
+
+  monkeypatch.setattr(sata, "make_optimizer", spy)
+  config.optimizer.learning_rate = 1.25e-3
+  with pytest.raises(_Stop):
+    sata.run(config, str(tmp_path))
+  assert seen == [1.25e-3]
+
+
+def test_bad_arm_is_rejected(tmp_path):
+  config = sata_config.get_config("smoke")
+  config.arms = "sata,no_such_arm"
+  with pytest.raises(ValueError, match="config.arms"):
+    sata.run(config, str(tmp_path))
+
+
+def _measured(sata_vs_rest: float, noise: float) -> dict:
+  """Per-seed numbers with SATA better (positive) or worse than every baseline; `noise`
+  spreads the paired differences as (+noise, -noise, 0) around the effect."""
+  spread = noise * np.array([1.0, -1.0, 0.0])
+  jitter = lambda: spread  # noqa: E731
+  cm = np.full(3, 10.0)
+  out = {}
+  for name in ("retarget_vs_gnn_only", "retarget_vs_no_text", "retarget_vs_no_film",
+               "retarget_vs_shuffled_text", "heldout_vs_gnn_only"):
+    out[name] = (cm - 10 * sata_vs_rest + jitter(), cm)
+  out["gait_vs_no_text"] = (0.5 + sata_vs_rest + jitter(), np.full(3, 0.5))
+  out["recon_comparable"] = (cm - 10 * sata_vs_rest + jitter(), cm)
+  return out
+
+
+def test_criteria_fail_when_sata_clearly_loses_and_are_inconclusive_in_noise():
+  config = sata_config.get_config("quick")
+  row, results = judge_all(config.criteria, _measured(-0.3, noise=0.1))
+  assert row == "did not hold"
+  assert all(r.verdict == "did not hold" for r in results), [(r.name, r.verdict) for r in results]
+  # Zero effect inside paired noise: every criterion is undecided.
+  row, results = judge_all(config.criteria, _measured(0.0, noise=3.0))
+  assert all(r.verdict == "inconclusive" for r in results), [(r.name, r.verdict) for r in results]
+  assert row == "inconclusive"
+  row, _ = judge_all(config.criteria, _measured(0.3, noise=0.1))
+  assert row == "held"
