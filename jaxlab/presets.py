@@ -21,3 +21,15 @@ def parse_preset(arg: str | None, *, default: str = "quick",
         f"Unknown config preset {preset!r}; expected one of {', '.join(valid)} "
         "(e.g. --config=configs/lm.py:smoke).")
   return preset
+
+
+def split_names(value) -> list[str]:
+  """A comma-separated config list ("a, b,c") -> ["a", "b", "c"]; blanks dropped.
+
+  Configs keep lists of names (arms, methods, data sets) as one string so that a
+  flag such as `--config.arms=frozen,cramer` can replace them.
+
+  >>> split_names("frozen, cramer,,")
+  ['frozen', 'cramer']
+  """
+  return [x.strip() for x in str(value).split(",") if x.strip()]

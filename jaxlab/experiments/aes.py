@@ -21,6 +21,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
+from jaxlab.presets import split_names
 from jaxlab.rl import drift as drift_lib
 from jaxlab.rl import envs, metrics, ppo, sac
 
@@ -35,10 +36,6 @@ _METRICS = {"recovery": ("recovery_pct", True, True),
 PAPER_CLAIM = ("AES lowers the fraction of performance lost to drift and "
                "recovers faster after abrupt changes (about 2x faster than "
                "fixed / auto temperature)")
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def _run_task(task, mode: str, config) -> dict:
@@ -64,7 +61,7 @@ def _run_task(task, mode: str, config) -> dict:
       env.default_params, deltas, mode, num_steps,
       start=d.start, end=d.end, period=d.period, sigma=d.sigma,
       key=jax.random.key(d.drift_seed))
-  arms = _split(task.arms)
+  arms = split_names(task.arms)
   modes = jnp.stack([mode_index(a) for a in arms])
   seeds = [int(x) for x in config.seeds]
   keys = jnp.stack([jax.random.key(x) for x in seeds])
@@ -199,8 +196,8 @@ def measure(runs: dict, judged: str, criteria_names) -> dict:
 def run(config, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  tasks = _split(config.tasks)
-  modes = _split(config.drift_modes)
+  tasks = split_names(config.tasks)
+  modes = split_names(config.drift_modes)
   if not tasks or not modes:
     raise ValueError("config.tasks and config.drift_modes must be non-empty")
   runs, plots = {}, []

@@ -24,6 +24,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import text
+from jaxlab.presets import split_names
 from jaxlab.recsys import arms as arms_lib
 from jaxlab.recsys import sasrec, training, world
 
@@ -35,10 +36,6 @@ METHOD, BACKBONE = "cramer", "frozen"
 FUSION = ("concat", "late_fusion", "adapter")
 GROUPS = ("request", "want", "avoid", "none", "all")
 METRICS = ("s_hr", "s_ndcg", "s_mrr", "f_hr", "f_ndcg", "f_mrr", "share", "share_neutral")
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def make_arm(name: str, config) -> tuple[arms_lib.ArmConfig, arms_lib.ArmHyper]:
@@ -252,7 +249,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = _split(config.arms)
+  arms = split_names(config.arms)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
   seeds = [int(s) for s in config.seeds]

@@ -19,6 +19,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
+from jaxlab.presets import split_names
 from jaxlab.retrieval import metrics, training
 from jaxlab.retrieval import world as world_lib
 from jaxlab.retrieval.model import CVGLModel
@@ -28,10 +29,6 @@ PAPER_CLAIM = ("Soft InfoNCE whose hard-negative labels are softened by an NIG (
                "away: +18% average R@1 in zero-shot cross-dataset transfer")
 METHOD, BASELINE = "soft_u", "infonce"
 RECALLS = ("R@1", "R@5", "R@1%")
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def _summary(values) -> dict:
@@ -101,7 +98,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm and sweep cell (resuming finished ones), writes results.json, returns it."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = _split(config.arms)
+  arms = split_names(config.arms)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
   arm_params = {a: make_arm(a, config) for a in arms}
@@ -109,7 +106,7 @@ def run(config, workdir: str) -> dict:
   if not seeds:
     raise ValueError("config.seeds must be non-empty")
   factors = [float(f) for f in config.sweep.length_scale_factors]
-  sweep_arms = _split(config.sweep.arms)
+  sweep_arms = split_names(config.sweep.arms)
   for a in sweep_arms:
     arm_params.setdefault(a, make_arm(a, config))
   city_names = _city_names(config)

@@ -35,6 +35,7 @@ from jaxlab import data
 from jaxlab.distill import losses, tokenize
 from jaxlab.distill import spans as spans_lib
 from jaxlab.nn import Transformer, TransformerConfig
+from jaxlab.presets import split_names
 from jaxlab.train import lm as lm_lib
 
 PAPER_CLAIM = ("cross-tokenizer KD falls below plain SFT at low vocabulary overlap; E-SCOT's "
@@ -43,14 +44,10 @@ PAPER_CLAIM = ("cross-tokenizer KD falls below plain SFT at low vocabulary overl
 METHODS = ("sft", "uld", "mined", "escot")
 
 
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
-
-
 def parse_students(spec: str) -> dict[str, str]:
   """"name=spec,..." -> {name: spec}; spec is "teacher", "marker", "char" or "<kind>:<vocab>"."""
   out = {}
-  for item in _split(spec):
+  for item in split_names(spec):
     name, _, kind = item.partition("=")
     if not name or not kind:
       raise ValueError(f"tokenizers.students entries are name=spec, got {item!r}")
@@ -396,12 +393,12 @@ def run(config, workdir: str) -> dict:
   seeds = [int(s) for s in config.seeds]
   if not seeds:
     raise ValueError("config.seeds must be non-empty")
-  methods = _split(config.distill.methods)
+  methods = split_names(config.distill.methods)
   bad = sorted(set(methods) - set(METHODS))
   if bad or not methods:
     raise ValueError(f"distill.methods must be a subset of {METHODS}, got {methods}")
   student_specs = parse_students(config.tokenizers.students)
-  low = _split(config.tokenizers.low_overlap)
+  low = split_names(config.tokenizers.low_overlap)
   if set(low) - set(student_specs):
     raise ValueError(f"tokenizers.low_overlap {low} must name students {list(student_specs)}")
   if config.distill.coupling not in ("overlap", "start"):

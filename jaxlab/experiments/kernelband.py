@@ -21,6 +21,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.autotune import benchmark, cost_model, kernelband, proposers, space, timing
+from jaxlab.presets import split_names
 from pallas_kernels import tuning
 from pallas_kernels.fp4 import ops as fp4_ops
 from pallas_kernels.moe import ops as moe_ops
@@ -30,10 +31,6 @@ PAPER_CLAIM = ("KernelBand (clustered, hardware-masked UCB over optimisation str
                "TritonBench-G, with the best sample efficiency")
 METHOD = "kernelband"
 _TUNING_OPS = {"fp4_dequant_matmul": fp4_ops.TUNING_OP, "gmm": moe_ops.TUNING_OP}
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def _kb(config) -> dict:
@@ -106,7 +103,7 @@ def run(config, workdir: str) -> dict:
   """Runs every method (resuming finished ones), writes results.json and tuning.json."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  methods, seeds = _split(config.methods), [int(s) for s in config.seeds]
+  methods, seeds = split_names(config.methods), [int(s) for s in config.seeds]
   budgets = [int(b) for b in config.budgets]
   if not methods or not seeds:
     raise ValueError("config.methods and config.seeds must be non-empty")
@@ -115,7 +112,7 @@ def run(config, workdir: str) -> dict:
                      f"config.budgets={budgets}")
   for m in methods:
     benchmark.make_policy(m, {})  # a clear error for an unknown name, before any work
-  tasks = benchmark.default_tasks(tuple(_split(config.devices)))
+  tasks = benchmark.default_tasks(tuple(split_names(config.devices)))
   kb = _kb(config)
   ev = cost_model.CostModelEvaluator(config.noise)
   oracle = {t.name: ev.oracle(t)[1] for t in tasks}

@@ -22,6 +22,7 @@ from scipy import special
 
 import jaxlab.report
 import jaxlab.train
+from jaxlab.presets import split_names
 from jaxlab.privacy import metrics, projection, training, world
 
 PAPER_CLAIM = ("G-OPL (an orthogonal projection whose removed subspace is aligned with face "
@@ -30,10 +31,6 @@ PAPER_CLAIM = ("G-OPL (an orthogonal projection whose removed subspace is aligne
                "removes far less face information")
 METRICS = ("auc", "probe", "chance", "ssc", "ard")
 FAMILIES = ("none", "opl", "gopl")
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def arm_name(family: str, k: int = 0, lam: float = 0.0) -> str:
@@ -47,7 +44,7 @@ def arm_name(family: str, k: int = 0, lam: float = 0.0) -> str:
 
 def arm_table(config) -> dict[str, tuple[int, int, float]]:
   """Arm name -> (G-OPL rank, OPL rank, λ_face), in report order."""
-  families = _split(config.opl.arms)
+  families = split_names(config.opl.arms)
   bad = [f for f in families if f not in FAMILIES]
   if bad or not families:
     raise ValueError(f"config.opl.arms must list families from {FAMILIES}, got {config.opl.arms!r}")

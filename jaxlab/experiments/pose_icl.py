@@ -20,15 +20,12 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.diffusion import icl_task as task
+from jaxlab.presets import split_names
 
 PAPER_CLAIM = ("SAPE, anchoring each image token to surface coordinates of the subject's "
                "bounding box in a 3-axis RoPE, gives an in-context DiT better pose accuracy "
                "(and identity consistency) on new subjects than 2-D position encodings")
 METHOD, BASELINE, PLUCKER, NOREF = "sape", "rope2d", "plucker", "sape_noref"
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def task_config(config) -> task.TaskConfig:
@@ -185,7 +182,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = _split(config.arms)
+  arms = split_names(config.arms)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
   for a in arms:

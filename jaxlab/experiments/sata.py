@@ -25,6 +25,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab.motion import generate, strips, text_cache, training
 from jaxlab.motion import model as sata
+from jaxlab.presets import split_names
 
 PAPER_CLAIM = ("SATA (joint-text FiLM modulation + graph/attention blocks + max-pooled latent) "
                "retargets zero-shot across species with far lower error than a SAME-like GNN "
@@ -33,10 +34,6 @@ METHOD = "sata"
 ARMS = ("sata", "no_film", "no_text", "shuffled_text", "gnn_only")
 SPLITS = ("seen", "heldout", "retarget")
 METRICS = ("jr_deg", "jp_cm", "root_vel", "gait_corr", "contact_f1")
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def model_config(name: str, config) -> sata.SataConfig:
@@ -80,7 +77,7 @@ def _data(config, seeds: list[int], workdir: str):
   pair = (d.pair_source, d.pair_target)
   splits = [generate.make_splits(
       s, num_train=d.num_train, num_test=d.num_test, num_frames=d.num_frames, fps=d.fps,
-      train_species=tuple(_split(d.train_species)), heldout_species=d.heldout_species,
+      train_species=tuple(split_names(d.train_species)), heldout_species=d.heldout_species,
       pair=pair, bone_jitter=d.bone_jitter) for s in seeds]
   descriptions = sorted({t for sp in splits for clips in sp.values() for c in clips
                          for t in c.skeleton.descriptions})
@@ -204,7 +201,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = _split(config.arms)
+  arms = split_names(config.arms)
   if not arms or any(a not in ARMS for a in arms):
     raise ValueError(f"config.arms must name some of {ARMS}, got {config.arms!r}")
   seeds = [int(s) for s in config.seeds]

@@ -23,6 +23,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import causal
+from jaxlab.presets import split_names
 
 PAPER_CLAIM = ("A CVAE with a spatial prior infers a substitute for a smooth unobserved "
                "confounder from neighbouring treatments; adjusting for it moves the direct and "
@@ -32,10 +33,6 @@ BASELINES = ("naive", "ols_interference", "spatial_plus", "mlp", "oracle")
 LABELS = {"naive": "OLS(A, X)", "ols_interference": "OLS(A, Ā_N, X)", "spatial_plus": "Spatial+",
           "mlp": "MLP(A, Ā_N, X)", "oracle": "oracle OLS(A, Ā_N, X, U)"}
 MAP_METHODS = ("naive", "spatial_plus")   # residual maps saved next to the criteria variant's
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def settings(config) -> list[tuple[str, dict]]:
@@ -66,11 +63,11 @@ def cvae_config(config, z_dim: int) -> causal.CVAEConfig:
 
 def baseline_names(config) -> list[str]:
   """The baselines run: the MLP without latents only when the MLP head is run."""
-  return [b for b in BASELINES if b != "mlp" or "mlp" in _split(config.heads)]
+  return [b for b in BASELINES if b != "mlp" or "mlp" in split_names(config.heads)]
 
 
 def variant_names(config) -> list[str]:
-  heads = _split(config.heads)
+  heads = split_names(config.heads)
   bad = sorted(set(heads) - set(HEADS))
   if bad:
     raise ValueError(f"config.heads has unknown heads {bad}; expected a subset of {HEADS}")
@@ -122,7 +119,7 @@ class _Programs:
     sp = config.spatial_plus
     self.sp_kw = dict(lam_treatment=sp.lam_treatment, lam_outcome=sp.lam_outcome)
     self.mlp = make_mlp_head(config)
-    self.heads = _split(config.heads)
+    self.heads = split_names(config.heads)
     self.trainers = {int(z): make_cvae_trainer(config, z) for z in config.cvae.z_dims}
     self._jitted = {}
     # The GMRF factors are arguments, not constants: one small program per setting.

@@ -17,16 +17,13 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
+from jaxlab.presets import split_names
 from jaxlab.rl import knowledge_task as kt
 
 PAPER_CLAIM = ("UCPO (TAD + DURA) removes GRPO's advantage bias on 'I don't know': abstention "
                "concentrates on questions beyond the model's knowledge, PAQ rises over GRPO and "
                "fixed-uncertainty-reward RL, and accuracy on known questions is kept")
 METHOD, BINARY, FIXED_HALF = "ucpo", "grpo", "fixed_0.5"
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def make_arm(name: str, config) -> kt.Arm:
@@ -134,7 +131,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = _split(config.arms)
+  arms = split_names(config.arms)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
   seeds = [int(s) for s in config.seeds]

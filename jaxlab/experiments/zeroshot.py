@@ -19,6 +19,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import text
+from jaxlab.presets import split_names
 from jaxlab.zeroshot import expansion, mapping, world
 
 PAPER_CLAIM = ("Granularity-aware expansion (multi-source semantics, latent-group routing, "
@@ -28,10 +29,6 @@ METHOD, BASELINE = "full", "shared"
 WORLDS = ("synthetic", "semireal")
 METRICS = ("s", "u", "H", "T", "within", "between", "weight_spread", "H_template_std",
            "cluster_rand_index")
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def make_arm(name: str, config, num_groups: int) -> expansion.ArmConfig:
@@ -112,7 +109,7 @@ def run(config, workdir: str) -> dict:
   """Runs every world x arm (resuming finished ones), writes results.json, returns it."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms, worlds = _split(config.arms), _split(config.worlds)
+  arms, worlds = split_names(config.arms), split_names(config.worlds)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
   if not worlds or any(w not in WORLDS for w in worlds):

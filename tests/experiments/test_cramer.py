@@ -7,6 +7,7 @@ import pytest
 
 from configs import cramer as cramer_config
 from jaxlab.experiments import cramer
+from jaxlab.presets import split_names
 from jaxlab.recsys import sasrec, training
 from jaxlab.report import VERDICTS, judge_all, read_results
 from launch.configs import load_config
@@ -26,7 +27,7 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
   by_name = {c["name"]: c for c in report["criteria"]}
   assert by_name["hr_over_frozen"]["n"] == len(config.seeds)
-  arms = cramer._split(config.arms)
+  arms = split_names(config.arms)
   assert set(on_disk["table"]) == set(arms)
   for arm in arms:
     cell = on_disk["table"][arm]

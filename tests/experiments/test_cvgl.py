@@ -5,6 +5,7 @@ import pytest
 
 from configs import cvgl as cvgl_config
 from jaxlab.experiments import cvgl
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 from jaxlab.retrieval import training
 
@@ -24,7 +25,7 @@ def test_smoke_run_writes_table_and_resumes(smoke):
   assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
   assert all(c["n"] == len(config.seeds) for c in report["criteria"]), report["criteria"]
-  arms = cvgl._split(config.arms)
+  arms = split_names(config.arms)
   assert set(on_disk["table"]) == set(arms)
   for arm in arms:
     for where in ("same_area", "city2", "city3", "cross_city"):

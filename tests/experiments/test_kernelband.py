@@ -4,6 +4,7 @@ import numpy as np
 
 from configs import kernelband as kb_config
 from jaxlab.experiments import kernelband
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 from pallas_kernels import tuning
 
@@ -17,7 +18,7 @@ def test_smoke_run_writes_table_tuning_file_and_resumes(tmp_path):
   assert report["verdict"] in VERDICTS
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
   assert all(c["n"] == len(config.seeds) for c in report["criteria"])
-  for m in kernelband._split(config.methods):
+  for m in split_names(config.methods):
     regret = np.asarray(on_disk["summary"][m]["regret"])
     assert regret.shape == (len(config.seeds), len(config.budgets))
     assert np.all(regret >= -1e-9) and np.all(np.diff(regret, axis=1) <= 1e-9)  # oracle bound

@@ -6,6 +6,7 @@ import pytest
 from configs import pose_icl as pose_icl_config
 from jaxlab.diffusion import icl_task
 from jaxlab.experiments import pose_icl
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 from launch.configs import load_config
 
@@ -25,7 +26,7 @@ def test_smoke_run_writes_table_and_resumes(smoke):
   assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
   assert all(c["n"] == len(config.seeds) for c in report["criteria"])
-  arms = pose_icl._split(config.arms)
+  arms = split_names(config.arms)
   assert set(on_disk["table"]) == set(arms) and results["computed"] == arms
   for arm in arms:
     for split in icl_task.SPLITS:

@@ -6,6 +6,7 @@ import pytest
 
 from configs import sata as sata_config
 from jaxlab.experiments import sata
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 
 
@@ -22,7 +23,7 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   measured = [c for c in report["criteria"] if c["verdict"] != "not measured"]
   assert {c["name"] for c in measured} == {"retarget_vs_no_text", "gait_vs_no_text"}
   assert all(c["n"] == len(config.seeds) for c in measured)
-  arms = sata._split(config.arms)
+  arms = split_names(config.arms)
   assert set(on_disk["table"]) == set(arms)
   for arm in arms:
     for split in sata.SPLITS:

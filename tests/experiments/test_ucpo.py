@@ -4,6 +4,7 @@ import numpy as np
 
 from configs import ucpo as ucpo_config
 from jaxlab.experiments import ucpo
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 from jaxlab.rl import knowledge_task as kt
 
@@ -17,7 +18,7 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
   assert all(c["n"] == len(config.seeds) for c in report["criteria"])
-  arms = ucpo._split(config.arms)
+  arms = split_names(config.arms)
   assert set(on_disk["table"]) == set(arms)
   for arm in arms:
     for g in kt.GROUPS:

@@ -4,6 +4,7 @@ import numpy as np
 
 from configs import zeroshot as zeroshot_config
 from jaxlab.experiments import zeroshot
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 
 
@@ -18,7 +19,7 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   by_name = {c["name"]: c for c in report["criteria"]}
   assert by_name["within_group_synthetic"]["n"] == len(config.seeds)
   assert by_name["within_group_semireal"]["verdict"] == "not measured"  # smoke: synthetic only
-  for arm in zeroshot._split(config.arms):
+  for arm in split_names(config.arms):
     cell = on_disk["table"]["synthetic"][arm]
     assert len(cell["within"]["per_seed"]) == len(config.seeds)
     h = 2 * np.array(cell["s"]["per_seed"]) * np.array(cell["u"]["per_seed"])
