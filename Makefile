@@ -24,10 +24,14 @@ demo: $(STAMP)
 	$(BIN)/python -m launch.reproduce --workdir=runs/demo --preset=quick
 
 # Lint (ruff, rules in pyproject.toml), then the default test selection
-# (-m "not slow", see pyproject.toml).
+# (-m "not slow", see pyproject.toml) on TEST_WORKERS pytest-xdist processes. Most
+# of a test's time is single-threaded XLA compilation, so a second process keeps the
+# second core busy; --dist loadscope keeps a module's tests (and its module-scoped
+# fixtures) in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python -m launch.bench --out=runs/bench/bench.json
