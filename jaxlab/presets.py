@@ -33,3 +33,15 @@ def split_names(value) -> list[str]:
   ['frozen', 'cramer']
   """
   return [x.strip() for x in str(value).split(",") if x.strip()]
+
+
+def config_seeds(config) -> list[int]:
+  """`config.seeds` as a list of ints; ValueError when it is empty.
+
+  Every experiment runs its arms on these seeds, paired: the same seed gives
+  every arm the same data and initialisation.
+  """
+  seeds = [int(s) for s in config.seeds]
+  if not seeds:
+    raise ValueError("config.seeds must be non-empty")
+  return seeds

@@ -31,6 +31,7 @@ import optax
 import jaxlab.report
 import jaxlab.train
 from jaxlab import codecomp
+from jaxlab.presets import config_seeds
 from jaxlab.train import lm
 
 PAPER_CLAIM = ("APC (placeholders at high-entropy positions, trained with SFT on placeholder "
@@ -211,9 +212,7 @@ def run(config, workdir: str) -> dict:
   """Pretrains (or reloads) the base LM, runs every seed (resuming), writes results.json."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   costs = cost_model(config)
   if config.apc.max_target_len < 2 or config.apc.prefix_len < 1:
     raise ValueError("apc.max_target_len must be >= 2 and apc.prefix_len >= 1")

@@ -24,7 +24,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import text
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.recsys import arms as arms_lib
 from jaxlab.recsys import sasrec, training, world
 
@@ -252,9 +252,7 @@ def run(config, workdir: str) -> dict:
   arms = split_names(config.arms)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   arm_defs = {a: make_arm(a, config) for a in arms}
   world_cfg, model_cfg, backbone_cfg, arm_cfg = _configs(config)
 

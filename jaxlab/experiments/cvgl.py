@@ -19,7 +19,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.retrieval import metrics, training
 from jaxlab.retrieval import world as world_lib
 from jaxlab.retrieval.model import CVGLModel
@@ -102,9 +102,7 @@ def run(config, workdir: str) -> dict:
   if not arms:
     raise ValueError("config.arms must name at least one arm")
   arm_params = {a: make_arm(a, config) for a in arms}
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   factors = [float(f) for f in config.sweep.length_scale_factors]
   sweep_arms = split_names(config.sweep.arms)
   for a in sweep_arms:

@@ -35,7 +35,7 @@ from jaxlab import data
 from jaxlab.distill import losses, tokenize
 from jaxlab.distill import spans as spans_lib
 from jaxlab.nn import Transformer, TransformerConfig
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.train import lm as lm_lib
 
 PAPER_CLAIM = ("cross-tokenizer KD falls below plain SFT at low vocabulary overlap; E-SCOT's "
@@ -390,9 +390,7 @@ def run(config, workdir: str) -> dict:
   """Runs every (student, method) arm, resuming finished ones; writes results.json."""
   os.makedirs(workdir, exist_ok=True)
   t0, cpu0 = time.time(), time.process_time()
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   methods = split_names(config.distill.methods)
   bad = sorted(set(methods) - set(METHODS))
   if bad or not methods:

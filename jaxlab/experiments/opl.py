@@ -22,7 +22,7 @@ from scipy import special
 
 import jaxlab.report
 import jaxlab.train
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.privacy import metrics, projection, training, world
 
 PAPER_CLAIM = ("G-OPL (an orthogonal projection whose removed subspace is aligned with face "
@@ -172,9 +172,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   arms = arm_table(config)
   wcfg, tcfg = world_config(config), train_config(config)
   worlds = [world.make_world(wcfg, s) for s in seeds]

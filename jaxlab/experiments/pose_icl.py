@@ -20,7 +20,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.diffusion import icl_task as task
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 
 PAPER_CLAIM = ("SAPE, anchoring each image token to surface coordinates of the subject's "
                "bounding box in a 3-axis RoPE, gives an in-context DiT better pose accuracy "
@@ -187,9 +187,7 @@ def run(config, workdir: str) -> dict:
     raise ValueError("config.arms must name at least one arm")
   for a in arms:
     task.get_arm(a)
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   cfg, train_cfg = task_config(config), train_config(config)
   model = task.make_model(cfg, config.model.to_dict())
 

@@ -25,7 +25,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab.motion import generate, strips, text_cache, training
 from jaxlab.motion import model as sata
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 
 PAPER_CLAIM = ("SATA (joint-text FiLM modulation + graph/attention blocks + max-pooled latent) "
                "retargets zero-shot across species with far lower error than a SAME-like GNN "
@@ -204,9 +204,7 @@ def run(config, workdir: str) -> dict:
   arms = split_names(config.arms)
   if not arms or any(a not in ARMS for a in arms):
     raise ValueError(f"config.arms must name some of {ARMS}, got {config.arms!r}")
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   for a in arms:
     model_config(a, config)  # fail on a bad knob before any work
   tx = make_optimizer(config)  # one optimizer (and learning rate) for every arm

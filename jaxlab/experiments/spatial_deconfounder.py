@@ -23,7 +23,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import causal
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 
 PAPER_CLAIM = ("A CVAE with a spatial prior infers a substitute for a smooth unobserved "
                "confounder from neighbouring treatments; adjusting for it moves the direct and "
@@ -268,9 +268,7 @@ def run(config, workdir: str) -> dict:
   """Runs every setting (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   names_overrides = settings(config)
   variants = variant_names(config)
   if config.criteria_variant not in variants:

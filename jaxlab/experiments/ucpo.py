@@ -17,7 +17,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.rl import knowledge_task as kt
 
 PAPER_CLAIM = ("UCPO (TAD + DURA) removes GRPO's advantage bias on 'I don't know': abstention "
@@ -134,9 +134,7 @@ def run(config, workdir: str) -> dict:
   arms = split_names(config.arms)
   if not arms:
     raise ValueError("config.arms must name at least one arm")
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   arm_params = {a: make_arm(a, config) for a in arms}
   task_cfg, policy_cfg, sft_cfg, rl_cfg = _configs(config)
   model = kt.make_policy(policy_cfg, task_cfg)

@@ -19,7 +19,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import text
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.zeroshot import expansion, mapping, world
 
 PAPER_CLAIM = ("Granularity-aware expansion (multi-source semantics, latent-group routing, "
@@ -114,9 +114,7 @@ def run(config, workdir: str) -> dict:
     raise ValueError("config.arms must name at least one arm")
   if not worlds or any(w not in WORLDS for w in worlds):
     raise ValueError(f"config.worlds must name some of {WORLDS}, got {config.worlds!r}")
-  seeds = [int(s) for s in config.seeds]
-  if not seeds:
-    raise ValueError("config.seeds must be non-empty")
+  seeds = config_seeds(config)
   t = config.train
   train_cfg = expansion.TrainConfig(
       num_steps=t.num_steps, latent_dim=t.latent_dim, hidden_dim=t.hidden_dim,
