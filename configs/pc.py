@@ -4,8 +4,8 @@ Command:
   python -m launch.main --config=configs/pc.py:quick --workdir=runs/pc
 
 Presets:
-  smoke  two 2-D toys (moons, pinwheel), 1000 points, 40 Adam steps, 3 seeds, coarse
-         bounds (pipeline check, a few seconds once compiled).
+  smoke  one 2-D toy (moons), 300 points, a tiny circuit, 20 Adam steps, 3 seeds, 3
+         bisection steps (pipeline check, a few seconds once compiled).
   quick  the 2-D toys (moons, circles, pinwheel, checkerboard, spirals) and the tabular
          wine (13-D) and breast cancer (30-D); 3000 points per toy, 400 steps, 3 seeds
          vmapped, 16 bisection steps.
@@ -75,14 +75,14 @@ def get_config(arg=None):
                  "the 2-D toys",
           direction="higher", threshold=0.0, unit="nats")))
 
-  if preset == "smoke":
-    config.datasets = "moons,pinwheel"
-    config.data.num_points = 1000
-    config.circuit.update(num_replicas=2, leaf_units=4, sum_units=4, num_channels=4)
+  if preset == "smoke":  # pipeline check only: one 2-D set, tiny shapes, few steps
+    config.datasets = "moons"
+    config.data.num_points = 300
+    config.circuit.update(num_replicas=1, leaf_units=2, sum_units=2, num_channels=3)
     config.hfv.leaf_components = 2
-    config.vt.update(bisection_steps=6, capacity=64, kmeans_iters=5, gap_alphas=(1.0, 50.0))
-    config.train.update(num_steps=40, batch_size=128)
-    config.plot_grid = 16
+    config.vt.update(bisection_steps=3, capacity=16, kmeans_iters=3, gap_alphas=(1.0, 50.0))
+    config.train.update(num_steps=20, batch_size=64)
+    config.plot_grid = 8
   elif preset == "full":
     config.datasets = ("moons,circles,pinwheel,checkerboard,spirals,swiss_roll,s_curve,wine,"
                        "diabetes,breast_cancer")

@@ -27,6 +27,7 @@ import jaxlab.train
 from jaxlab.pc import bounds, datasets, training, voronoi
 from jaxlab.pc.circuit import CircuitConfig
 from jaxlab.pc.models import PCModel, init_params
+from jaxlab.presets import split_names
 
 PAPER_CLAIM = ("A VT sum node (Voronoi-gated mixture) makes circuits geometry-aware: HFV-PCs stay "
                "exactly tractable and match the base circuit, VT-PCs get certified likelihood "
@@ -37,10 +38,6 @@ MODELS = ("base", "hfv", "vt")
 PAPER_ANCHORS = {"power (6D)": (0.56, 0.56, 1.73, 3.46), "gas (8D)": (5.85, 5.86, 7.13, 9.76),
                  "hepmass (21D)": (-22.35, -22.32, -22.98, -4.82),
                  "miniboone (43D)": (-32.24, -32.18, -32.82, -14.07)}
-
-
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
 def depth_for(num_vars: int, max_depth: int) -> int:
@@ -118,7 +115,7 @@ def run_dataset(name: str, config) -> dict:
                int(v.capacity_high_dim if big else v.capacity))
   out = dict(num_vars=num_vars, num_train=int(x_train.shape[1]), num_test=int(x_test.shape[1]),
              models={})
-  for kind in _split(config.models):
+  for kind in split_names(config.models):
     model = make_model(kind, num_vars, config)
     start = time.time()
     train, evaluate = _programs(
@@ -127,6 +124,15 @@ def run_dataset(name: str, config) -> dict:
         tuple(float(a) for a in v.gap_alphas), int(v.kmeans_iters), int(config.plot_grid), lr)
     params, losses, skipped = train(x_train, keys)
     res = jax.device_get(evaluate(params, x_test))
+    # Never a silent NaN: a non-finite training loss or test value stops the run here,
+    # naming the data set, model and seeds (steps skipped by apply_if_finite are reported).
+    bad = ~np.all(np.isfinite(np.asarray(losses)), axis=1) | ~np.isfinite(
+        np.asarray(res["mean_log_f"]))
+    if np.any(bad):
+      raise FloatingPointError(
+          f"pc: {kind} on {name} gave a non-finite training loss or test log f for seeds "
+          f"{[s for s, b in zip(seeds, bad, strict=True) if b]} (skipped steps per seed: "
+          f"{np.asarray(skipped).tolist()})")
     entry = dict(final_loss=np.asarray(losses[:, -1]).tolist(),
                  skipped_steps=np.asarray(skipped).tolist(),
                  mean_log_f=np.asarray(res["mean_log_f"]).tolist())
@@ -191,7 +197,7 @@ def _measure(per_ds: dict) -> dict:
 def _plots(workdir: str, per_ds: dict, config) -> list[str]:
   plots = []
   two_d = [d for d in per_ds if per_ds[d]["num_vars"] == 2]
-  kinds = [k for k in MODELS if k in _split(config.models)]
+  kinds = [k for k in MODELS if k in split_names(config.models)]
   if two_d and config.plot_grid:
     def draw_density(ax):
       fig = ax.figure
@@ -244,8 +250,8 @@ def run(config, workdir: str) -> dict:
   """Runs every data set (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  names = _split(config.datasets)
-  kinds = _split(config.models)
+  names = split_names(config.datasets)
+  kinds = split_names(config.models)
   if not names or not kinds:
     raise ValueError("config.datasets and config.models must each name at least one entry")
   for n in names:

@@ -77,8 +77,15 @@ def log_ndtr_interval(a: Float[ArrayLike, "..."], b: Float[ArrayLike, "..."]) ->
   # NaN): there the midpoint rule log(width) + log phi(mid) is exact to ~width^2 / 24.
   width = hi_s - lo_s
   narrow = width < NARROW
-  wide_lo = jnp.where(narrow, hi_s - 1.0, lo_s)
-  both = log_hi + log1mexp(jnp.minimum(log_ndtr(wide_lo) - log_hi, 0.0))
+  # The two-sided branch gets its own stand-in (-1, 0) wherever it is not selected. Reusing
+  # (hi - 1, hi) there is not safe: for (-inf, hi] with hi >~ 13, log_ndtr rounds to 0 at
+  # both ends, log1mexp(0) has an infinite gradient, and 0 * inf = NaN leaks through the
+  # untaken `where` branch into the leaf parameters (the HFV training NaN).
+  use_both = ~(lo_inf | empty | narrow)
+  both_lo = jnp.where(use_both, lo_s, -1.0)
+  both_hi = jnp.where(use_both, hi_s, 0.0)
+  log_both_hi = log_ndtr(both_hi)
+  both = log_both_hi + log1mexp(jnp.minimum(log_ndtr(both_lo) - log_both_hi, 0.0))
   mid = 0.5 * (lo_s + hi_s)
   small = jnp.log(jnp.where(narrow, width, 1.0)) - 0.5 * mid * mid - LOG_SQRT_2PI
   out = jnp.where(lo_inf, jnp.where(hi_inf, 0.0, log_hi), jnp.where(narrow, small, both))

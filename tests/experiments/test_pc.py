@@ -6,6 +6,7 @@ import pytest
 from configs import pc as pc_config
 from jaxlab.experiments import pc
 from jaxlab.pc import training
+from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 
 
@@ -13,6 +14,9 @@ class _Stop(Exception):
   """Raised by a spy once it has seen what it needed."""
 
 
+# Slow: ~6 CPU-s of tracing and plotting. The default selection still runs the smoke preset
+# end to end through colabs/pc.ipynb (tests/colabs), where a non-finite result raises.
+@pytest.mark.slow
 def test_smoke_run_writes_table_and_resumes(tmp_path):
   config = pc_config.get_config("smoke")
   assert config.experiment == "pc" and len(config.seeds) >= 3
@@ -21,7 +25,7 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   report = on_disk["report"]
   assert report["verdict"] in VERDICTS and report["verdict"] == results["report"]["verdict"]
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
-  names = pc._split(config.datasets)
+  names = split_names(config.datasets)
   assert set(on_disk["table"]) == set(names)
   for d in names:
     row = on_disk["table"][d]
@@ -87,3 +91,21 @@ def test_bad_config_names_raise(tmp_path):
   config.datasets = "mnist"
   with pytest.raises(ValueError, match="mnist"):
     pc.run(config, str(tmp_path))
+
+
+def test_non_finite_training_raises_instead_of_reporting_nan(monkeypatch):
+  def programs(model, *args, **kwargs):
+    def train(x_train, keys):
+      losses = np.zeros((len(keys), 4))
+      losses[1, 2:] = np.nan  # the second seed diverged
+      return None, losses, np.array([0, 10, 0])
+
+    def evaluate(params, x_test):
+      return dict(mean_log_f=np.zeros(x_test.shape[0]))
+    return train, evaluate
+
+  monkeypatch.setattr(pc, "_programs", programs)
+  config = pc_config.get_config("smoke")
+  config.models = "base"
+  with pytest.raises(FloatingPointError, match=r"base on moons .* seeds \[1\]"):
+    pc.run_dataset("moons", config)

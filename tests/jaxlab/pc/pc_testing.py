@@ -32,11 +32,14 @@ def quadrature(fn) -> float:
 def small_models():
   """{'base', 'hfv', 'vt'}: (model, params) of tiny 2-D circuits fit-initialised on blobs."""
   x = blobs()
-  out = {}
+  models = {}
   for kind, root, gate, kh in [("base", "mixture", "none", 1), ("hfv", "mixture", "voronoi", 2),
                                ("vt", "vt", "none", 1)]:
     cfg = CircuitConfig(num_vars=2, num_replicas=1, leaf_units=3, sum_units=3, num_channels=3,
                         leaf_components=kh, leaf_gate=gate, min_scale=0.2)
-    model = PCModel(cfg, root=root)
-    out[kind] = (model, init_params(model, jax.random.key(1), x))
-  return out
+    models[kind] = PCModel(cfg, root=root)
+  # One jitted program for the three initialisations: eager flax init dispatches ~150 tiny
+  # ops, each its own (uncached) compile; one jit is compiled once and persistently cached.
+  params = jax.jit(lambda key: {k: init_params(m, key, x) for k, m in models.items()})(
+      jax.random.key(1))
+  return {k: (m, params[k]) for k, m in models.items()}

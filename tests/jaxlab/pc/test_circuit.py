@@ -16,14 +16,14 @@ def test_base_circuit_integrates_to_one(small_models):
   assert abs(z - 1.0) < 1e-3, z
   # Every root channel is normalised: its mass on R^2 is exactly 1.
   inf = jnp.full((1, 2), jnp.inf)
-  np.testing.assert_allclose(np.asarray(model.apply(params, -inf, inf, method="box_mass")),
-                             0.0, atol=1e-5)
+  box = jax.jit(lambda lo, hi: model.apply(params, lo, hi, method="box_mass"))
+  np.testing.assert_allclose(np.asarray(box(-inf, inf)), 0.0, atol=1e-5)
 
 
 def test_hfv_normaliser_matches_quadrature(small_models):
   model, params = small_models["hfv"]
   x = pc_testing.blobs(8)
-  log_raw, log_z = model.apply(params, x, method="raw")
+  log_raw, log_z = jax.jit(lambda x: model.apply(params, x, method="raw"))(x)
   z_quad = pc_testing.quadrature(lambda x: model.apply(params, x, method="raw")[0])
   assert float(jnp.exp(log_z)) < 0.99  # the gating removed mass: Z is a real correction
   assert abs(z_quad - float(jnp.exp(log_z))) < 1e-3, (z_quad, float(jnp.exp(log_z)))
@@ -52,16 +52,16 @@ def test_single_gaussian_leaf_box_matches_scipy():
   # D = 2, one replica, one leaf unit per region, one channel: a product of two Gaussians.
   cfg = CircuitConfig(num_vars=2, num_replicas=1, leaf_units=1, sum_units=1, num_channels=1)
   model = Circuit(cfg)
-  params = model.init(jax.random.key(3), jnp.zeros((1, 2)))
-  leaf = model.apply(params, method="leaf_parameters")
+  params = jax.jit(model.init)(jax.random.key(3), jnp.zeros((1, 2)))
+  leaf = jax.jit(lambda p: model.apply(p, method="leaf_parameters"))(params)
   mean = np.asarray(leaf["mean"][0, :, 0, :, 0])  # [P, D]: region p holds one variable
   scale = np.asarray(leaf["scale"][0, :, 0, :, 0])
   region = circuit.region_masks(cfg)[0].argmax(0)  # [D]: the leaf region of each variable
   mu, sd = mean[region, np.arange(2)], scale[region, np.arange(2)]
   lo, hi = np.array([-0.4, -2.0]), np.array([1.3, 0.1])
   want = np.sum(np.log(stats.norm.cdf(hi, mu, sd) - stats.norm.cdf(lo, mu, sd)))
-  got = model.apply(params, jnp.asarray(lo[None], jnp.float32), jnp.asarray(hi[None], jnp.float32),
-                    query="box")
+  got = jax.jit(lambda p, a, b: model.apply(p, a, b, query="box"))(
+      params, jnp.asarray(lo[None], jnp.float32), jnp.asarray(hi[None], jnp.float32))
   np.testing.assert_allclose(float(got[0, 0]), want, rtol=1e-5)
 
 
@@ -105,7 +105,8 @@ def test_init_params_uses_kmeans_centroids_for_vt():
   x = pc_testing.blobs(300)
   model = PCModel(CircuitConfig(num_vars=2, num_replicas=1, leaf_units=2, sum_units=2,
                                 num_channels=3), root="vt")
-  c = np.asarray(init_params(model, jax.random.key(0), x)["params"]["centroids"])
+  init = jax.jit(lambda key: init_params(model, key, x))
+  c = np.asarray(init(jax.random.key(0))["params"]["centroids"])
   true = np.array([[-1.5, -1.0], [1.5, -0.5], [0.0, 1.5]])
   dist = np.linalg.norm(c[:, None] - true[None], axis=-1)
   assert sorted(dist.argmin(1).tolist()) == [0, 1, 2] and dist.min(1).max() < 0.2

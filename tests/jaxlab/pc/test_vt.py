@@ -51,14 +51,15 @@ def test_inner_cube_lies_in_its_cell():
 def test_gate_gap_respects_the_bound_and_vanishes():
   x = jax.random.uniform(jax.random.key(0), (2000, 2), minval=-3, maxval=3)
   gaps = []
+  gate_gap = jax.jit(voronoi.gate_gap)  # one compile: alpha is traced
   for alpha in (1.0, 5.0, 50.0):
-    gap, bound = voronoi.gate_gap(x, CENTROIDS, alpha)
+    gap, bound = gate_gap(x, CENTROIDS, alpha)
     assert np.all(np.asarray(gap) <= np.asarray(bound) * (1 + 1e-5) + 1e-7)
     gaps.append(float(jnp.mean(gap)))
   assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 0.05
   # Hard gates are the alpha -> infinity limit of soft ones.
-  hard = voronoi.hard_log_gates(x, CENTROIDS)
-  soft = voronoi.soft_log_gates(x, CENTROIDS, 1e4)
+  hard, soft = jax.jit(lambda x: (voronoi.hard_log_gates(x, CENTROIDS),
+                                   voronoi.soft_log_gates(x, CENTROIDS, 1e4)))(x)
   agree = np.argmax(np.asarray(hard), -1) == np.argmax(np.asarray(soft), -1)
   assert agree.all()
 
@@ -95,8 +96,7 @@ def test_vt_log_density_is_a_lower_bound_on_the_normalised_density(small_models,
   z_lo, z_hi, _ = vt_curve
   assert z_hi[-1] <= 1.0 + 1e-6  # Z <= 1: log f alone lower-bounds log p
   x = pc_testing.blobs(50, seed=3)
-  hard = model.apply(params, x)
-  soft = model.apply(params, x, alpha=500.0)
+  hard, soft = jax.jit(lambda x: (model.apply(params, x), model.apply(params, x, alpha=500.0)))(x)
   # A sharp soft gate is the hard one except within ~1/alpha of the cell boundaries.
   assert abs(float(jnp.mean(soft - hard))) < 0.05
 
