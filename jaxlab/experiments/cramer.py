@@ -27,6 +27,7 @@ from jaxlab import text
 from jaxlab.presets import config_seeds, split_names
 from jaxlab.recsys import arms as arms_lib
 from jaxlab.recsys import sasrec, training, world
+from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("Request-aware row/column masks on a frozen sequential recommender (CRAMER) "
                "beat the backbone alone on request-bearing steps (SASRec-ReDial HR@10 .426 -> "
@@ -157,11 +158,6 @@ def _group_means(rows: dict, intent: np.ndarray) -> dict:
     out[g] = {k: ((np.asarray(v, np.float64) * w).sum(1) / n).tolist() for k, v in rows.items()
               if g in ("want", "avoid", "request") or not k.startswith("share")}
   return out
-
-
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
 
 
 def _pm(s: dict, f: float = 1.0, digits: int = 3) -> str:
@@ -299,7 +295,7 @@ def run(config, workdir: str) -> dict:
                                      config.baselines, config.eval)
   per_arm = {a: cache.get_or_run(a, jaxlab.train.config_hash(run_key, a),
                                  lambda a=a: run_arm(a)) for a in arms}
-  table = {a: {g: {m: _summary(v) for m, v in ms.items()} for g, ms in r["groups"].items()}
+  table = {a: {g: {m: seed_summary(v) for m, v in ms.items()} for g, ms in r["groups"].items()}
            for a, r in per_arm.items()}
 
   sweep = [a for a in arms if a.startswith("cramer_rho")]

@@ -20,6 +20,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 from jaxlab.retrieval import metrics, training
 from jaxlab.retrieval import world as world_lib
 from jaxlab.retrieval.model import CVGLModel
@@ -29,12 +30,6 @@ PAPER_CLAIM = ("Soft InfoNCE whose hard-negative labels are softened by an NIG (
                "away: +18% average R@1 in zero-shot cross-dataset transfer")
 METHOD, BASELINE = "soft_u", "infonce"
 RECALLS = ("R@1", "R@5", "R@1%")
-
-
-def _summary(values) -> dict:
-  """mean / std (ddof=0) / per-seed of [seeds] values."""
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
 
 
 def _train_config(config) -> training.TrainConfig:
@@ -160,14 +155,14 @@ def run(config, workdir: str) -> dict:
   table = {}
   for a in arms:
     r = cells[(a, 1.0)]
-    t = {"same_area": {m: _summary(r["city1"][m]) for m in RECALLS}}
+    t = {"same_area": {m: seed_summary(r["city1"][m]) for m in RECALLS}}
     for name in zero_shot:
-      t[name] = {m: _summary(r[name][m]) for m in RECALLS}
-    t["cross_city"] = {m: _summary(np.mean([r[n][m] for n in zero_shot], axis=0))
+      t[name] = {m: seed_summary(r[name][m]) for m in RECALLS}
+    t["cross_city"] = {m: seed_summary(np.mean([r[n][m] for n in zero_shot], axis=0))
                        for m in RECALLS}
-    t["u_roughness_spearman"] = _summary(r["city1"][f"spearman_{tcfg.uncertainty}"])
+    t["u_roughness_spearman"] = seed_summary(r["city1"][f"spearman_{tcfg.uncertainty}"])
     t["u_roughness_spearman_by_kind"] = {
-        u: {n: _summary(r[n][f"spearman_{u}"]) for n in city_names}
+        u: {n: seed_summary(r[n][f"spearman_{u}"]) for n in city_names}
         for u in ("epistemic", "aleatoric")}
     table[a] = t
   sweep = {}

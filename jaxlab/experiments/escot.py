@@ -36,6 +36,7 @@ from jaxlab.distill import losses, tokenize
 from jaxlab.distill import spans as spans_lib
 from jaxlab.nn import Transformer, TransformerConfig
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 from jaxlab.train import lm as lm_lib
 
 PAPER_CLAIM = ("cross-tokenizer KD falls below plain SFT at low vocabulary overlap; E-SCOT's "
@@ -331,11 +332,6 @@ def bench_coupling(lengths: tuple[int, ...], *, repeats: int, epsilon: float, nu
   return out
 
 
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(v.mean()), std=float(v.std()), per_seed=v.tolist())
-
-
 def _measure(table: dict, low: list[str], methods: list[str]) -> dict:
   """Per-seed values of each declared criterion (absent when an arm is missing)."""
   def low_mean(method):
@@ -495,7 +491,7 @@ def run(config, workdir: str) -> dict:
     for method in methods:
       key = jaxlab.train.config_hash(arm_key, name, student_specs[name], method)
       result = cache.get_or_run(f"{name}.{method}", key, lambda m=method: run_arm(m))
-      table[name][method] = _summary(result["bpb"])
+      table[name][method] = seed_summary(result["bpb"])
       arm_info[f"{name}.{method}"] = {k: v for k, v in result.items() if k != "bpb"}
 
   b = config.bench

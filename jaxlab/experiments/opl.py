@@ -24,6 +24,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab.presets import config_seeds, split_names
 from jaxlab.privacy import metrics, projection, training, world
+from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("G-OPL (an orthogonal projection whose removed subspace is aligned with face "
                "crops) brings a face-presence probe near chance while keeping anomaly-detection "
@@ -75,14 +76,6 @@ def train_config(config) -> training.TrainConfig:
       num_steps=t.num_steps, batch_size=t.batch_size, learning_rate=lr, top_k=t.top_k,
       lam_orth=o.lam_orth, hidden=t.hidden, max_rank=max(int(k) for k in o.ks), mode=o.mode,
       opl_placement=o.opl_placement)
-
-
-def _summary(values) -> dict:
-  v = np.asarray([np.nan if x is None else x for x in values], np.float64)
-  ok = v[np.isfinite(v)]
-  return dict(mean=float(ok.mean()) if ok.size else None,
-              std=float(ok.std()) if ok.size else None,
-              per_seed=[None if not np.isfinite(x) else float(x) for x in v])
 
 
 def _arm_metrics(out: dict, arm: training.Arm, worlds, probe_idx, tcfg, config) -> dict:
@@ -209,7 +202,8 @@ def run(config, workdir: str) -> dict:
                                     config.opl.opl_placement, tcfg.max_rank, config.eval)
   per_arm = {a: cache.get_or_run(a, jaxlab.train.config_hash(shared, a, arms[a]),
                                  lambda a=a: run_arm(a)) for a in arms}
-  table = {a: {m: _summary(r["metrics"][m]) for m in METRICS} for a, r in per_arm.items()}
+  table = {a: {m: seed_summary(r["metrics"][m], skip_missing=True) for m in METRICS}
+           for a, r in per_arm.items()}
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(table, config))
   plots = _plots(workdir, table, config)
 

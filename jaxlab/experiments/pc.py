@@ -28,6 +28,7 @@ from jaxlab.pc import bounds, datasets, training, voronoi
 from jaxlab.pc.circuit import CircuitConfig
 from jaxlab.pc.models import PCModel, init_params
 from jaxlab.presets import split_names
+from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("A VT sum node (Voronoi-gated mixture) makes circuits geometry-aware: HFV-PCs stay "
                "exactly tractable and match the base circuit, VT-PCs get certified likelihood "
@@ -157,11 +158,6 @@ def run_dataset(name: str, config) -> dict:
   return out
 
 
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
-
-
 def _ll(per_ds: dict, name: str, kind: str, which: str = "ll") -> np.ndarray | None:
   m = per_ds[name]["models"].get(kind)
   if m is None:
@@ -274,11 +270,11 @@ def run(config, workdir: str) -> dict:
     row = {}
     for k, m in r["models"].items():
       if k == "vt":
-        row["vt_lower"] = _summary(m["ll_lower"])
-        row["vt_upper"] = _summary(m["ll_upper"])
-        row["vt_log_f"] = _summary(m["mean_log_f"])
+        row["vt_lower"] = seed_summary(m["ll_lower"])
+        row["vt_upper"] = seed_summary(m["ll_upper"])
+        row["vt_log_f"] = seed_summary(m["mean_log_f"])
       else:
-        row[k] = _summary(m["ll"])
+        row[k] = seed_summary(m["ll"])
     table[d] = row
   measured = _measure(per_ds)
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria, measured)

@@ -21,6 +21,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab.diffusion import icl_task as task
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("SAPE, anchoring each image token to surface coordinates of the subject's "
                "bounding box in a 3-axis RoPE, gives an in-context DiT better pose accuracy "
@@ -44,11 +45,6 @@ def train_config(config) -> task.TrainConfig:
 def ref_counts(arm: str, cfg: task.TaskConfig) -> list[int]:
   """K values an arm is evaluated at (the no-reference arm only at K = 0)."""
   return [0] if not task.get_arm(arm).use_refs else list(range(1, cfg.max_refs + 1))
-
-
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
 
 
 def _pm(s: dict, digits: int = 1) -> str:
@@ -115,7 +111,7 @@ def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
 
 def _table(per_arm: dict) -> dict:
   """{arm: {split: {K: {metric: summary}}}}."""
-  return {arm: {split: {k: {m: _summary(v) for m, v in cell.items()}
+  return {arm: {split: {k: {m: seed_summary(v) for m, v in cell.items()}
                         for k, cell in r["metrics"][split].items()}
                 for split in task.SPLITS} for arm, r in per_arm.items()}
 
@@ -239,7 +235,7 @@ def run(config, workdir: str) -> dict:
       experiment="pose_icl", preset=config.preset, seeds=seeds, arms=arms, table=table,
       oracle={s: dict(zip(task.EVAL_METRICS, oracle[s].mean(0).tolist(), strict=True))
               for s in task.SPLITS},
-      final_loss={a: _summary(r["final_loss"]) for a, r in per_arm.items()},
+      final_loss={a: seed_summary(r["final_loss"]) for a, r in per_arm.items()},
       loss_curves={a: r["loss_curve"] for a, r in per_arm.items()},
       samples={a: r["samples"] for a, r in per_arm.items()},
       truth=per_arm[arms[0]]["truth"],

@@ -26,6 +26,7 @@ import jaxlab.train
 from jaxlab.motion import generate, strips, text_cache, training
 from jaxlab.motion import model as sata
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("SATA (joint-text FiLM modulation + graph/attention blocks + max-pooled latent) "
                "retargets zero-shot across species with far lower error than a SAME-like GNN "
@@ -128,11 +129,6 @@ def _arm_program(name: str, config, tx: optax.GradientTransformation, table: np.
     return out, {k: v[-1] for k, v in losses.items()}, example
 
   return jax.jit(jax.vmap(one_seed))
-
-
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
 
 
 def _pm(s: dict, digits: int = 2) -> str:
@@ -238,7 +234,7 @@ def run(config, workdir: str) -> dict:
 
   per_arm = {a: cache.get_or_run(a, jaxlab.train.config_hash(run_key, a),
                                  lambda a=a: run_arm(a)) for a in arms}
-  table = {a: {s: {m: _summary(r["metrics"][s][m]) for m in METRICS} for s in SPLITS}
+  table = {a: {s: {m: seed_summary(r["metrics"][s][m]) for m in METRICS} for s in SPLITS}
            for a, r in per_arm.items()}
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(table, arms))
   example = per_arm[METHOD].get("example") if METHOD in arms else None
@@ -278,7 +274,7 @@ def run(config, workdir: str) -> dict:
       verdict=row_verdict, details=" ".join(lines), plots=tuple(plots), criteria=criteria)
   results = dict(
       experiment="sata", preset=config.preset, seeds=seeds, arms=arms, table=table,
-      final_loss={a: {k: _summary(v) for k, v in r["final_loss"].items()}
+      final_loss={a: {k: seed_summary(v) for k, v in r["final_loss"].items()}
                   for a, r in per_arm.items()},
       arm_seconds={a: r["seconds"] for a, r in per_arm.items()},
       example=example, encode_seconds=loaded.get("encode", 0.0),

@@ -24,6 +24,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab import causal
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("A CVAE with a spatial prior infers a substitute for a smooth unobserved "
                "confounder from neighbouring treatments; adjusting for it moves the direct and "
@@ -205,13 +206,6 @@ def run_setting(programs: _Programs, config, name: str, overrides: dict, seeds) 
               seconds=time.time() - start)
 
 
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.nanmean(v)) if np.isfinite(v).any() else None,
-              std=float(np.nanstd(v)) if np.isfinite(v).any() else None,
-              per_seed=[None if not np.isfinite(x) else float(x) for x in v])
-
-
 def _pm(s: dict, digits: int = 3) -> str:
   if s["mean"] is None:
     return "n/a"
@@ -290,10 +284,10 @@ def run(config, workdir: str) -> dict:
 
   methods = baseline_names(config) + variants
   names = [n for n, _ in names_overrides]
-  table = {s: {m: {k: _summary(per_setting[s]["methods"][m][k])
+  table = {s: {m: {k: seed_summary(per_setting[s]["methods"][m][k], skip_missing=True)
                    for k in ("tau_err", "delta_err", "moran", "tau_hat", "delta_hat")}
                for m in methods} for s in names}
-  diagnostics = {s: {v: {k: _summary(x) for k, x in d.items()}
+  diagnostics = {s: {v: {k: seed_summary(x, skip_missing=True) for k, x in d.items()}
                      for v, d in per_setting[s]["diagnostics"].items()} for s in names}
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(per_setting, config))
   plots = _plots(workdir, table, names, ["naive", "ols_interference", "spatial_plus", "oracle",

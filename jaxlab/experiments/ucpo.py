@@ -18,6 +18,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 from jaxlab.rl import knowledge_task as kt
 
 PAPER_CLAIM = ("UCPO (TAD + DURA) removes GRPO's advantage bias on 'I don't know': abstention "
@@ -58,15 +59,9 @@ def _configs(config):
   return task_cfg, policy_cfg, sft_cfg, rl_cfg
 
 
-def _summary(values: np.ndarray) -> dict:
-  """mean / std (ddof=0) / per-seed of [seeds] values."""
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
-
-
 def _table(final: np.ndarray) -> dict:
   """[seeds, 4, 5] evaluation tables -> {group: {metric: summary}}."""
-  return {g: {m: _summary(final[:, i, j]) for j, m in enumerate(kt.METRICS)}
+  return {g: {m: seed_summary(final[:, i, j]) for j, m in enumerate(kt.METRICS)}
           for i, g in enumerate(kt.GROUPS)}
 
 

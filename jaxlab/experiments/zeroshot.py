@@ -20,6 +20,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab import text
 from jaxlab.presets import config_seeds, split_names
+from jaxlab.report import seed_summary
 from jaxlab.zeroshot import expansion, mapping, world
 
 PAPER_CLAIM = ("Granularity-aware expansion (multi-source semantics, latent-group routing, "
@@ -84,11 +85,6 @@ def _worlds(config, name: str, seeds: list[int], workdir: str):
   raise ValueError(f"Unknown world {name!r}; expected one of {WORLDS}")
 
 
-def _summary(values) -> dict:
-  v = np.asarray(values, np.float64)
-  return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
-
-
 def _pm(s: dict, f: float = 100.0) -> str:
   return f"{f * s['mean']:.1f} ± {f * s['std']:.1f}"
 
@@ -144,7 +140,7 @@ def run(config, workdir: str) -> dict:
         return dict(metrics={k: np.asarray(v) for k, v in out.items()},
                     seconds=time.time() - start)
       result = cache.get_or_run(f"{w}/{a}", jaxlab.train.config_hash(run_key, a), run_arm)
-      table[w][a] = {m: _summary(v) for m, v in result["metrics"].items()}
+      table[w][a] = {m: seed_summary(v) for m, v in result["metrics"].items()}
       seconds[f"{w}/{a}"] = result["seconds"]
     encode_seconds += draws.get("encode", 0.0)
 

@@ -8,6 +8,7 @@ from jaxlab.report._report import (
     read_results,
     render_report,
     save_plot,
+    seed_summary,
     to_jsonable,
     write_results,
 )
@@ -24,5 +25,5 @@ from jaxlab.report.verdict import (
 __all__ = [
     "LEGEND", "VERDICTS", "Criterion", "CriterionResult", "Fact", "ReportRow",
     "criteria_from_config", "judge", "judge_all", "read_results", "render_report", "row_verdict",
-    "save_plot", "to_jsonable", "verdict", "write_results",
+    "save_plot", "seed_summary", "to_jsonable", "verdict", "write_results",
 ]

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from jaxlab.report import verdict as _verdict
 
 # Row verdicts; the rules that produce them live in `jaxlab.report.verdict`.
@@ -71,6 +73,28 @@ def to_jsonable(x: Any) -> Any:
   if isinstance(x, float) and not math.isfinite(x):
     return None
   return x
+
+
+def seed_summary(values: Any, *, skip_missing: bool = False) -> dict[str, Any]:
+  """`dict(mean, std, per_seed)` of one metric over paired seeds (std with ddof = 0).
+
+  By default a non-finite seed makes mean and std non-finite (None once written by
+  `write_results`). With `skip_missing`, None / non-finite seeds are reported as None and
+  left out of mean and std (None when no seed is left).
+
+  >>> seed_summary([1.0, 3.0])
+  {'mean': 2.0, 'std': 1.0, 'per_seed': [1.0, 3.0]}
+  >>> seed_summary([1.0, None], skip_missing=True)["mean"]
+  1.0
+  """
+  if not skip_missing:
+    v = np.asarray(values, np.float64)
+    return dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v.tolist())
+  v = np.asarray([np.nan if x is None else x for x in values], np.float64)
+  ok = v[np.isfinite(v)]
+  return dict(mean=float(ok.mean()) if ok.size else None,
+              std=float(ok.std()) if ok.size else None,
+              per_seed=[float(x) if np.isfinite(x) else None for x in v])
 
 
 def _writes_files() -> bool:
