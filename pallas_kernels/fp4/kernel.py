@@ -2,7 +2,8 @@
 
 Bodies use generic `jnp`/`pl` ops only. `quantize_kernel` serves every
 backend; `dequant_matmul_kernel` (K grid axis, VMEM accumulator) serves Mosaic
-TPU and CPU interpret mode, `dequant_matmul_gpu_kernel` Triton. Block math is shared with `jaxlab.formats`
+TPU and CPU interpret mode, `dequant_matmul_gpu_kernel` Triton (the Mosaic GPU
+variant is `mgpu.py`). Block math is shared with `jaxlab.formats`
 (the reference), which is written in kernel-friendly arithmetic.
 """
 

@@ -10,8 +10,12 @@ from a CPU machine).
 
 Variants: quantize has Mosaic TPU and Triton (Mosaic GPU's lane lowering has
 no `floor`, which exact rounding needs); dequant-matmul has Mosaic TPU (grid
-(m, n, K) with an f32 VMEM accumulator, K "arbitrary"), Triton (K looped in
-the program); a Mosaic GPU variant is not written yet (Triton is the GPU path).
+(m, n, K) with an f32 VMEM accumulator, K "arbitrary"), Mosaic GPU (`mgpu.py`:
+Hopper wgmma, K pipelined through SMEM by TMA, weights decoded in registers,
+f32 wgmma accumulator) and Triton (K looped in the program). On GPU the default
+(`implementation=None` or "pallas") is Mosaic GPU for bfloat16/float16
+activations whose tiles it takes (`mgpu.check_tiles`), else Triton (float32
+activations, K < 256, ...); Triton stays available by name.
 """
 
 import dataclasses
@@ -27,7 +31,7 @@ from jaxtyping import Float
 
 from jaxlab import formats
 from pallas_kernels import _common, tuning
-from pallas_kernels.fp4 import kernel, reference
+from pallas_kernels.fp4 import kernel, mgpu, reference
 
 _FMTS = ("nvfp4", "mixfp4")
 
@@ -51,6 +55,9 @@ class MatmulBlockSizes:
 
   Blocks clip to the dims. On TPU, n must be a multiple of 128 or the full N,
   and k a multiple of 256 or the full K (a k chunk is k/2 packed bytes wide).
+  Mosaic GPU (m is wgmma's N: the kernel computes out^T): m a multiple of 8 and
+  <= 256 (x is zero-padded to it), n a multiple of 64, m * n <= 16384, k a
+  multiple of 256; n and k must divide N and K.
   """
   m: int = 16
   n: int = 128
@@ -68,7 +75,10 @@ def _tile(name: str, size: int, block: int, multiple: int = 1) -> int:
 # The op name of the dequant-matmul in tuning tables; its shape key is (m, k, n).
 TUNING_OP = "fp4_dequant_matmul"
 QUANTIZE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
-MATMUL_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
+# Preference order within a platform. Mosaic GPU (Hopper wgmma) is the GPU default when x is
+# 16-bit and the tiles fit it (`mgpu.check_tiles`); otherwise (float32 x, or tiles Mosaic GPU
+# cannot take) the default is Triton, and asking for "mosaic_gpu" by name raises the constraint.
+MATMUL_VARIANTS = (_common.MOSAIC_TPU, _common.MOSAIC_GPU, _common.TRITON)
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "select_p", "block", "backend"))
@@ -137,10 +147,36 @@ def quantize(x: Float[Array, "m k"], fmt: str = "nvfp4", *, select_p: float = 2.
   return formats.QArray(codes, scales, s_dec, formats.make_format(fmt, **opts), tuple(x.shape), 1)
 
 
+def _mgpu_tiles(m: int, k: int, n: int, block: MatmulBlockSizes, dtype) -> tuple[int, int, int]:
+  """(tm, tk, tn) of the Mosaic GPU variant; m is padded to tm, n and k must divide."""
+  tm = min(block.m, -(-m // 8) * 8)
+  tk, tn = min(block.k, k), min(block.n, n)
+  mgpu.check_tiles(tm, tk, tn, dtype)
+  if k % tk or n % tn:
+    raise ValueError(f"dequant_matmul (mosaic_gpu): block k={tk} and n={tn} must divide K={k} "
+                     f"and N={n}")
+  return tm, tk, tn
+
+
+def _mgpu_fits(m: int, k: int, n: int, block: MatmulBlockSizes, dtype) -> bool:
+  try:
+    _mgpu_tiles(m, k, n, block, dtype)
+  except ValueError:
+    return False
+  return True
+
+
 @functools.partial(jax.jit, static_argnames=("block", "backend"))
 def _dequant_matmul_pallas(x, codes, scales, s_dec, *, block, backend):
   m, k = x.shape
   n = codes.shape[0]
+  if backend.kind == _common.MOSAIC_GPU:
+    tm, tk, tn = _mgpu_tiles(m, k, n, block, x.dtype)
+    xp = jnp.pad(x, ((0, -m % tm), (0, 0)))
+    out_t = mgpu.dequant_matmul_t(mgpu.pair_major(xp), codes, scales, tm=tm, tk=tk, tn=tn,
+                                  compiler_params=_common.compiler_params(backend),
+                                  interpret=backend.interpret)
+    return out_t[:, :m].T * s_dec
   bm = _tile("matmul m", m, block.m)
   bn = _tile("matmul n", n, block.n)
   bk = _tile("matmul k", k, block.k, kernel.BLOCK)
@@ -224,13 +260,19 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     block: tile sizes (m, n divide the dims; k a multiple of 16 dividing K). None: the
       active tuning table's entry for ("fp4_dequant_matmul", (m, k, n), x.dtype, device)
       (`pallas_kernels.tuning`), else `MatmulBlockSizes()`.
-    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
-      "triton" or "xla" (`reference.dequant_matmul_reference`).
-    interpret: True runs the kernel in interpret mode; None = only on CPU.
+    implementation: None (best backend: XLA on CPU; on GPU Mosaic GPU where it
+      fits, else Triton), "pallas", "mosaic_tpu", "mosaic_gpu", "triton" or
+      "xla" (`reference.dequant_matmul_reference`).
+    interpret: True runs the kernel in interpret mode (Mosaic GPU: the GPU
+      interpreter, `InterpretGPUParams`); None = only on CPU.
     platform: target for variant and compiler params.
 
   Returns:
     [m, n] float32. Gradient w.r.t. x through the reference (custom_vjp).
+
+  Raises:
+    ValueError: bad shapes or formats; with implementation="mosaic_gpu", x not
+      bfloat16/float16 or tiles it cannot take (`MatmulBlockSizes`).
 
   Example:
     >>> import jax
@@ -257,4 +299,7 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     tuned = tuning.lookup(TUNING_OP, (x.shape[0], x.shape[1], wq.shape[1]), x.dtype, platform)
     block = MatmulBlockSizes() if tuned is None else MatmulBlockSizes(
         tuned.block_m, tuned.block_n, tuned.block_k)
+  if (backend.kind == _common.MOSAIC_GPU and implementation != _common.MOSAIC_GPU
+      and not _mgpu_fits(x.shape[0], x.shape[1], wq.shape[1], block, x.dtype)):
+    backend = dataclasses.replace(backend, kind=_common.TRITON)  # the GPU default's fallback
   return _dequant_matmul(x, wq, block, backend)

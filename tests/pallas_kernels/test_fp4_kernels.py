@@ -162,3 +162,71 @@ def test_tpu_kernel_k_grid_axis_and_dimension_semantics():
   with pytest.raises(ValueError, match="multiple of 256"):
     fp4.dequant_matmul(jnp.ones((32, 512)), wq, block=fp4.MatmulBlockSizes(k=64),
                        interpret=False, platform="tpu")
+
+
+def _edge_weight(k, n):
+  """A [k, n] weight with all-zero, tiny (subnormal E4M3 scale) and integer-like 16-blocks."""
+  w = np.array(jax.random.normal(jax.random.key(7), (k, n)), np.float32) * 0.1
+  w[:16, 0] = 0.0
+  w[16:32, 1] *= 1e-4
+  w[32:48, 2] = np.arange(-7, 9)
+  return jnp.asarray(w)
+
+
+@pytest.mark.parametrize("fmt,dtype", [
+    ("mixfp4", jnp.bfloat16),
+    pytest.param("nvfp4", jnp.float16, marks=pytest.mark.slow)])
+def test_dequant_matmul_mosaic_gpu_variant_interpreted(fmt, dtype):
+  # The plgpu kernel in the GPU interpreter (simulated SMEM, TMA, wgmma): m=12 pads to the
+  # 16-row tile; 2 K steps of 256 through the emit_pipeline into the wgmma accumulator.
+  x = jax.random.normal(jax.random.key(6), (12, 512)).astype(dtype)
+  wq = formats.quantize(_edge_weight(512, 64), fmt, axis=0)
+  if fmt == "mixfp4":
+    assert 0.1 < float(wq.e1m2_fraction()) < 0.9  # both MixFP4 flags are exercised
+  out = fp4.dequant_matmul(x, wq, block=fp4.MatmulBlockSizes(m=16, n=64, k=256),
+                           implementation="mosaic_gpu", interpret=True)
+  assert out.shape == (12, 64) and out.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(out), np.asarray(fp4.dequant_matmul_reference(x, wq)),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_dequant_matmul_mosaic_gpu_lowers_from_cpu(lowering_target):
+  wq = formats.quantize(jnp.ones((512, 128)), "mixfp4", axis=0)
+  with lowering_target("cuda"):  # implementation=None on a GPU, bf16 activations: Mosaic GPU
+    text = jax.jit(lambda v: fp4.dequant_matmul(v, wq, interpret=False, platform="cuda")).trace(
+        jax.ShapeDtypeStruct((32, 512), jnp.bfloat16)).lower(lowering_platforms=("cuda",)).as_text()
+  assert "mosaic_gpu" in text and "triton" not in text
+  # The serialized kernel issues Hopper wgmma: M 64 (weight rows), N 16 (tokens), bf16 -> f32.
+  assert "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16" in text
+
+
+@pytest.mark.parametrize("dtype,k,impl,kernel_name", [
+    (jnp.bfloat16, 512, None, "jaxlab_fp4_dequant_matmul_mgpu"),
+    (jnp.float16, 512, "pallas", "jaxlab_fp4_dequant_matmul_mgpu"),
+    (jnp.float32, 512, None, "jaxlab_fp4_dequant_matmul_triton"),  # wgmma: 16-bit only
+    (jnp.bfloat16, 128, None, "jaxlab_fp4_dequant_matmul_triton"),  # K below the 256 tile
+    (jnp.bfloat16, 512, "triton", "jaxlab_fp4_dequant_matmul_triton"),
+])
+def test_dequant_matmul_gpu_dispatch(dtype, k, impl, kernel_name):
+  # The GPU default is Mosaic GPU where it fits (16-bit x, tiles), else Triton.
+  wq = formats.quantize(jnp.ones((k, 128)), "nvfp4", axis=0)
+  jaxpr = str(jax.make_jaxpr(lambda v: fp4.dequant_matmul(
+      v, wq, implementation=impl, interpret=False, platform="cuda"))(
+          jax.ShapeDtypeStruct((32, k), dtype)))
+  assert kernel_name in jaxpr and jaxpr.count("_dequant_matmul_") == 2  # _pallas + the kernel
+
+
+@pytest.mark.parametrize("dtype,block,match", [
+    (jnp.float32, fp4.MatmulBlockSizes(), "bfloat16 or float16"),
+    (jnp.bfloat16, fp4.MatmulBlockSizes(k=128), "k % 256 == 0"),
+    (jnp.bfloat16, fp4.MatmulBlockSizes(n=32), "n % 64 == 0"),
+    (jnp.bfloat16, fp4.MatmulBlockSizes(m=256, n=128), "m \\* n <="),
+    (jnp.bfloat16, fp4.MatmulBlockSizes(n=128, k=512), "must divide"),  # N = 192
+    (jnp.bfloat16, fp4.MatmulBlockSizes(m=128, n=64, k=1024), "bytes of SMEM"),
+])
+def test_dequant_matmul_mosaic_gpu_rejects_bad_tiles_and_dtypes(dtype, block, match):
+  x = jnp.ones((256, 1024), dtype)
+  wq = formats.quantize(jnp.ones((1024, 192)), "nvfp4", axis=0)
+  with pytest.raises(ValueError, match=match):
+    fp4.dequant_matmul(x, wq, block=block, implementation="mosaic_gpu", interpret=False,
+                       platform="cuda")
