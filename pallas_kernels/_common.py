@@ -28,6 +28,13 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as pltriton
 
+try:  # GPU interpret mode (simulated SMEM, TMA, barriers, wgmma): public from jax 0.11
+  _MosaicGPUInterpretParams = plgpu.InterpretGPUParams
+except AttributeError:  # jax 0.10: the same class under a private path
+  from jax._src.pallas.mosaic_gpu.interpret.params import (
+      InterpretGPUParams as _MosaicGPUInterpretParams,
+  )
+
 XLA, MOSAIC_TPU, TRITON, MOSAIC_GPU = "xla", "mosaic_tpu", "triton", "mosaic_gpu"
 VARIANTS = (MOSAIC_TPU, TRITON, MOSAIC_GPU)
 IMPLEMENTATIONS = (None, XLA, "pallas", *VARIANTS)
@@ -126,6 +133,15 @@ def compiler_params(backend: Backend, dimension_semantics: Sequence[str] | None 
         "sequential" if s == "arbitrary" else s for s in dimension_semantics)
     return plgpu.CompilerParams(dimension_semantics=sem)  # lane-level lowering
   raise ValueError(f"no compiler params for backend {backend.kind!r}")
+
+
+def mosaic_gpu_interpret(interpret: bool) -> Any:
+  """`plgpu.kernel`'s `interpret` argument: JAX's GPU interpreter when asked, else None.
+
+  A bare `True` would route to the generic Pallas interpreter, which has no
+  rules for TMA copies or wgmma.
+  """
+  return _MosaicGPUInterpretParams() if interpret else None
 
 
 def check_divisible(name: str, size: int, block: int, what: str) -> None:

@@ -45,11 +45,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from jaxlab import formats
-
-try:  # GPU interpret mode (simulated SMEM, TMA, barriers, wgmma): public from jax 0.11
-  _InterpretParams = plgpu.InterpretGPUParams
-except AttributeError:  # jax 0.10: same class, private path
-  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams as _InterpretParams
+from pallas_kernels import _common
 
 DTYPES = (jnp.bfloat16, jnp.float16)
 BLOCK = 16  # elements per scale
@@ -214,4 +210,4 @@ def dequant_matmul_t(xs, codes, scales, *, tm: int, tk: int, tn: int, compiler_p
       out_type=jax.ShapeDtypeStruct((n, m), jnp.float32),
       grid=(n // tn, m // tm), grid_names=("n", "m"),
       compiler_params=compiler_params,
-      interpret=_InterpretParams() if interpret else None)(xs, codes, scales)
+      interpret=_common.mosaic_gpu_interpret(interpret))(xs, codes, scales)

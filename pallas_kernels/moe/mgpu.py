@@ -21,6 +21,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from pallas_kernels import _common
+
 DTYPES = (jnp.bfloat16, jnp.float16)
 
 
@@ -81,4 +83,4 @@ def gmm_tiles(meta, lhs, rhs, *, tm: int, tk: int, tn: int, num_items: int, comp
       body,
       out_type=jax.ShapeDtypeStruct((num_items, tm, n), jnp.float32),
       grid=(num_items, n // tn), grid_names=("item", "n"),
-      compiler_params=compiler_params, interpret=interpret or None)(meta, lhs, rhs)
+      compiler_params=compiler_params, interpret=_common.mosaic_gpu_interpret(interpret))(meta, lhs, rhs)
