@@ -167,6 +167,62 @@ def round_float(y: Float[Array | np.ndarray, "*s"], grid: FloatGrid, *, key: Arr
   return code.astype(jnp.uint8), jnp.where(neg, -mag, mag)
 
 
+def _sign_and_clamped_abs(y: Array, m: float, nonneg: bool) -> tuple[Array | int, Array]:
+  """(sign bit of `y` as int32 0 / 1<<31, min(|y|, m)) for non-NaN float32 `y`.
+
+  On the bits: |y| clamps by an integer compare (non-negative floats order as
+  their bit patterns). XLA's float min/max propagate NaN and order -0 below +0,
+  several instructions each on x86; and `y` is used once, so an expensive
+  producer of `y` (a division) still fuses into its consumer. `nonneg`: `y` is
+  known to be >= +0 (no sign to keep).
+  """
+  bits = jax.lax.bitcast_convert_type(y.astype(jnp.float32), jnp.int32)
+  mag = bits if nonneg else bits & 0x7FFFFFFF
+  cap = int(np.float32(m).view(np.int32))
+  mag = jnp.where(mag > cap, cap, mag)
+  sign = 0 if nonneg else bits & jnp.int32(-(2 ** 31))
+  return sign, jax.lax.bitcast_convert_type(mag, jnp.float32)
+
+
+def _with_sign(sign: Array | int, mag: Array) -> Array:
+  """A non-negative float32 `mag` with the sign bit `sign` (as from `_sign_and_clamped_abs`)."""
+  if isinstance(sign, int) and sign == 0:
+    return mag
+  return jax.lax.bitcast_convert_type(
+      jax.lax.bitcast_convert_type(mag, jnp.int32) | sign, jnp.float32)
+
+
+def round_e2m1_finite(y: Array, *, nonneg: bool = False) -> tuple[Array, Array]:
+  """`round_float(y, E2M1)` (round half to even) for non-NaN float32 `y`: (codes, values).
+
+  The same bits as `round_float`, with a few times fewer operations: the step
+  (0.5, 1 or 2) is picked from |y|'s binade and `lax.round` rounds the scaled
+  magnitude to an integer (scaling by a power of two is exact). `nonneg=True`
+  promises y >= +0 (and skips the sign). For the XLA quantize path only: NaN is
+  not handled, and kernels keep `round_float`.
+  """
+  sign, a = _sign_and_clamped_abs(y, E2M1.max_value, nonneg)
+  ge2, ge4 = a >= 2.0, a >= 4.0
+  n = jnp.round(a * jnp.where(ge4, 0.5, jnp.where(ge2, 1.0, 2.0)))  # RNE
+  vals = _with_sign(sign, n * jnp.where(ge4, 2.0, jnp.where(ge2, 1.0, 0.5)))
+  # Magnitude rank = rounded count + 2 per binade above the first (a count that
+  # rounds up to the next binade lands on that binade's first code, as it should).
+  codes = n.astype(jnp.int32) + jnp.where(ge4, 4, jnp.where(ge2, 2, 0))
+  if not nonneg:
+    codes = jnp.where(sign != 0, 8, 0) | codes
+  return codes.astype(jnp.uint8), vals
+
+
+def round_int_finite(y: Array, qmax: int, *, nonneg: bool = False) -> Array:
+  """`round_int(y, qmax)` (round half to even) for non-NaN float32 `y`, in a few operations.
+
+  `nonneg=True` promises y >= +0. For the XLA quantize path only (NaN is not
+  handled; kernels keep `round_int`).
+  """
+  sign, a = _sign_and_clamped_abs(y, float(qmax), nonneg)
+  return _with_sign(sign, jnp.round(a))
+
+
 def decode_float(codes: UInt8[Array | np.ndarray, "*s"], grid: FloatGrid) -> Float[Array, "*s"]:
   """Decodes sign-magnitude `codes` of `grid` to float32 (E4M3 NaN codes -> NaN).
 

@@ -24,8 +24,12 @@ from jaxlab.formats._scales import (
 )
 
 
-def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
-  """Blocks -> (codes [..., nb, bs] uint8, scales [..., nb], tensor scale)."""
+def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
+           all_finite: bool = False):
+  """Blocks -> (codes [..., nb, bs] uint8, scales [..., nb], tensor scale).
+
+  `all_finite=True` promises that every element of `xb` is finite (a faster path).
+  """
   qmax = fmt.qmax
   if fmt.scale_dtype == "e4m3":
     s_enc = tensor_encode_scale(tensor_amax(amax_b), qmax)
@@ -36,7 +40,10 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
     scales = f32_scale(amax_b, qmax)
     y = mul_inv(xb, scales[..., None])
     tensor_scale = jnp.ones((), jnp.float32)
-  q = _grids.round_int(y, int(qmax), key=key).astype(jnp.int32)
+  if all_finite and key is None:
+    q = _grids.round_int_finite(y, int(qmax)).astype(jnp.int32)
+  else:
+    q = _grids.round_int(y, int(qmax), key=key).astype(jnp.int32)
   if fmt.name == "int4":
     codes = (q & 0xF).astype(jnp.uint8)
   else:

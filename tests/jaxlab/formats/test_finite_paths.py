@@ -1,0 +1,107 @@
+"""The XLA quantize path's finite-input shortcuts give the general path's bits exactly.
+
+`quantize` / `fake_quant` take a faster path when every element is finite
+(`_api._by_blocks`: cheaper roundings, MixFP4's block errors summed column by
+column), and `dequantize` decodes the two nibbles of each byte separately. Each is
+compared here with the general path it replaces, bit for bit, on ties, grid points,
+near-ties between MixFP4's candidates and wide magnitude ranges.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab import formats as F
+from jaxlab.formats import _api, _grids
+from jaxlab.formats._scales import block_amax
+
+
+def _probe() -> np.ndarray:
+  """Grid points, midpoints and their float32 neighbours of E2M1 and the integers 0..8."""
+  pts = np.concatenate([F.E2M1.magnitudes(), np.arange(9, dtype=np.float32)])
+  mids = np.concatenate([(pts[1:] + pts[:-1]) / 2, np.arange(9) + 0.5]).astype(np.float32)
+  both = np.concatenate([pts, mids])
+  near = np.concatenate([np.nextafter(both, np.float32(0)), np.nextafter(both, np.float32(100))])
+  rng = np.random.default_rng(0)
+  wide = rng.standard_normal(4096) * 10.0 ** rng.uniform(-6, 3, 4096)
+  y = np.concatenate([both, near, wide, [0.0, 1e30, 3e38, 1e-30]]).astype(np.float32)
+  return np.concatenate([y, -y])
+
+
+def test_finite_roundings_equal_general_roundings():
+  y = jnp.asarray(_probe())
+  codes, vals = jax.jit(_grids.round_e2m1_finite)(y)
+  want_codes, want_vals = jax.jit(lambda v: F.round_float(v, F.E2M1))(y)
+  np.testing.assert_array_equal(np.asarray(codes), np.asarray(want_codes))
+  # Bit patterns, so that signed zeros count.
+  np.testing.assert_array_equal(np.asarray(vals).view(np.uint32),
+                                np.asarray(want_vals).view(np.uint32))
+  for qmax in (7, 127):
+    got = jax.jit(functools.partial(_grids.round_int_finite, qmax=qmax))(y)
+    want = jax.jit(functools.partial(F.round_int, qmax=qmax))(y)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def _blocks(bs: int) -> np.ndarray:
+  """[rows, nb, bs] finite blocks: Gaussian at several scales, grid-valued and integer blocks.
+
+  (One tensor scale serves every block, so a block far below the tensor amax gets a
+  zero E1M2 scale byte; the magnitudes stay within a few decades.)
+  """
+  rng = np.random.default_rng(1)
+  g = rng.standard_normal((24, 8, bs)) * 10.0 ** rng.uniform(-2, 2, (24, 1, 1))
+  e2m1 = F.E2M1.magnitudes()
+  pow2 = 2.0 ** rng.integers(-4, 4, (8, 1, 1))
+  grid = rng.choice(np.concatenate([e2m1, -e2m1]), (8, 8, bs)) * pow2
+  ints = rng.integers(-7, 8, (8, 8, bs)) * pow2  # E1M2-exact
+  # Blocks whose two candidates err almost equally: half E2M1 points, half integers.
+  mixed = np.concatenate([grid[..., : bs // 2], ints[..., bs // 2:]], axis=-1)
+  return np.concatenate([g, grid, ints, mixed]).astype(np.float32)
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("nvfp4", {}), ("mixfp4", {}), ("mixfp4", {"select_p": 1.0}),
+    ("mixfp4", {"block_size": 64}),  # above the column-wise limit: [..., bs] tensors
+    ("mxfp4_floor", {}), ("mxfp4_rceil", {}), ("int4_g16", {}), ("int4_g32", {}),
+    ("int8_row", {}),
+])
+def test_all_finite_path_is_bitidentical(name, opts):
+  fmt = F.get_format(name, **opts)
+  xb = jnp.asarray(_blocks(fmt.block_size or 64))  # int8_row: one "block" per row
+  amax_b = block_amax(xb)
+  codec = _api._CODECS[fmt.name]
+
+  def run(fn, all_finite):
+    return jax.jit(lambda v, a: fn(v, a, fmt=fmt, key=None, all_finite=all_finite))(xb, amax_b)
+
+  fast, general = run(codec.encode, True), run(codec.encode, False)
+  for a, b in zip(fast, general, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  if hasattr(codec, "fake"):
+    np.testing.assert_array_equal(np.asarray(run(codec.fake, True)).view(np.uint32),
+                                  np.asarray(run(codec.fake, False)).view(np.uint32))
+  if fmt.name == "mixfp4":  # both candidates really are chosen
+    flags = np.asarray(fast[1]) >> 7
+    assert 0.05 < flags.mean() < 0.95
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mixfp4", "mxfp4_floor", "int4_g16", "int4_g32"])
+def test_dequantize_equals_decoding_unpacked_codes(name):
+  # Every byte and scale byte value (flags and E4M3 NaN included), against the codec's
+  # decode of the unpacked codes.
+  fmt = F.get_format(name)
+  bs = fmt.block_size
+  rng = np.random.default_rng(2)
+  codes = jnp.asarray(rng.integers(0, 256, (6, 4 * bs // 2)), jnp.uint8)
+  if fmt.name == "int4" and fmt.scale_dtype == "f32":
+    scales = jnp.asarray(rng.standard_normal((6, 4)), jnp.float32)
+  else:
+    scales = jnp.asarray(rng.integers(0, 256, (6, 4)), jnp.uint8)
+  q = F.QArray(codes, scales, jnp.float32(0.75), fmt, (6, 4 * bs), 1)
+  want = _api._CODECS[fmt.name].decode(
+      F.unpack_nibbles(codes).reshape(6, 4, bs), scales, q.tensor_scale, fmt).reshape(6, -1)
+  np.testing.assert_array_equal(np.asarray(F.dequantize(q)).view(np.uint32),
+                                np.asarray(want).view(np.uint32))
