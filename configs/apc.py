@@ -5,14 +5,26 @@ Command:
 
 Presets:
   smoke  a tiny base LM (30 steps), 32 held-out completions, 5 SFT + 2 RL steps, 3 seeds
-         (pipeline check: ~25 CPU-seconds with a warm JAX compilation cache, mostly
-         compilation; over the 10 s budget, so its test is `slow` and the default tests run
-         it once through colabs/apc.ipynb).
-  quick  a 0.18M-parameter byte decoder pretrained for 600 steps (cached in the workdir;
-         the spec's 2-4M parameters do not fit the budget), 3 paired seeds x 256 held-out
-         line completions; SFT on the model's own edit logs, then 40 cost-reward GRPO
-         steps. Measured: 240 user + 93 sys CPU-seconds (wall 30 min on a machine loaded
-         ~8x; an estimated 3-4 min on 2 idle cores).
+         (pipeline check: ~11 CPU-seconds for `launch.main` with a warm JAX compilation
+         cache, nearly all of it tracing and compiling: import 2.5, base LM 3.8, first seed
+         3.3, each further seed 0.2 (one trace of each step shared by the seeds), results
+         and plot ~1. The default tests run it once through colabs/apc.ipynb; its own
+         resume test is `slow`).
+  quick  a 0.18M-parameter byte decoder pretrained for 600 steps (cached in the workdir),
+         3 paired seeds x 256 held-out line completions; SFT on the model's own edit logs,
+         then 40 cost-reward GRPO steps. Measured (CPU-seconds, machine loaded ~10x): base
+         LM 95, first seed 65, each further seed 59, so ~285 in all (an estimated 3 min on 2
+         idle cores; 333 before the seeds shared their step traces, same results).
+         The spec's 2-4M parameters do not fit this budget (measured on the quick shapes,
+         CPU-seconds under load): a train step costs 0.17 CPU-s at 0.18M (18k tokens per
+         CPU-s), 0.88 at 2.0M (d=192, 4 layers, SwiGLU 640; 3.5k) and 1.23 at 3.28M (2.5k);
+         a 256-prompt decode 0.6 / 2.8 / 4.1, an SFT step 0.14 / 0.75 / 1.09 and a GRPO step
+         0.83 / 4.3 / 6.0. Quick's pipeline (pretrain + 3 x (SFT + RL + 10 decodes)) is thus
+         ~280 / ~1470 / ~2070 CPU-s (0.18M measured: ~285). Nor does a bigger model pay at
+         equal CPU time: pretrained for quick's ~100 CPU-s, held-out bits/byte is 2.14 at
+         0.18M (600 steps, 95 CPU-s), 2.66 at 2.0M (115 steps, 103 CPU-s; 2.81 at lr 1e-3)
+         and 2.83 at 3.28M (83 steps, 109 CPU-s). The lm experiment's cached base models
+         (`jaxlab.train.lm.pretrained`) are 0.35M (quick) and 0.85M (full), also below 2M.
   full   the spec's size: a 3.3M-parameter byte decoder (d = 256, 4 layers, SwiGLU 768)
          pretrained for 3000 steps, 5 seeds, 1024 completions, more SFT and RL.
 

@@ -22,6 +22,8 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import ml_collections
@@ -64,14 +66,27 @@ def _sweep(dec, ex, thresholds, costs) -> np.ndarray:
                      for t in thresholds])
 
 
-def _trained_arms(model, params, ex, n, costs, name, hc_cost) -> dict:
-  hard = codecomp.hard_completion(model, params, ex.prompts, num_tokens=n)
-  apc = codecomp.decode(model, params, ex.prompts, jax.random.key(0), num_tokens=n)
+def _hard(model, params, prompts, n: int, chunk: int) -> codecomp.Decoded:
+  """Hard completion of any number of prompts in zero-padded chunks of one batch size, so
+  that the evaluation, tuning and edit-log sets share one compilation (host arrays)."""
+  k = len(prompts)
+  padded = np.pad(prompts, ((0, -k % chunk), (0, 0)))
+  outs = [jax.device_get(codecomp.hard_completion(model, params, padded[i:i + chunk],
+                                                   num_tokens=n))
+          for i in range(0, len(padded), chunk)]
+  return jax.tree.map(lambda *x: np.concatenate(x)[:k], *outs)
+
+
+def _trained_arms(model, params, ex, n, costs, name, hc_cost, chunk):
+  """(the arm `name` and `name`_hc of a trained model, its APC decode of `ex`)."""
+  hard = _hard(model, params, ex.prompts, n, chunk)
+  apc = jax.device_get(codecomp.decode(model, params, ex.prompts, jax.random.key(0),
+                                       num_tokens=n))
   return {
       name: _summarise(codecomp.score(apc.tokens, apc.lengths, ex.targets, ex.target_lens,
                                       hard.tokens, costs), hc_cost),
       f"{name}_hc": _summarise(codecomp.score(hard.tokens, hard.lengths, ex.targets,
-                                              ex.target_lens, hard.tokens, costs), hc_cost)}
+                                              ex.target_lens, hard.tokens, costs), hc_cost)}, apc
 
 
 def _examples(apc_cfg, stream, num, seed):
@@ -87,20 +102,47 @@ def stage_optimizer(config: ml_collections.ConfigDict, stage: str) -> optax.Grad
   opt = optax.adamw if stage == "sft" else optax.adam
   return optax.chain(optax.clip_by_global_norm(1.0), opt(config.optimizer[stage].learning_rate))
 
-def run_seed(config, model, base_params, corpus, seed: int) -> dict:
-  """Every arm for one paired seed; returns per-arm summaries and the sweep."""
+class Stages(NamedTuple):
+  """The jitted SFT and GRPO steps and their optimizers, built once per run and shared by
+  every seed (a step built per seed would be traced again for each)."""
+  sft_tx: optax.GradientTransformation
+  sft_step: Callable
+  rl_tx: optax.GradientTransformation
+  grpo_step: Callable
+
+
+def make_stages(config: ml_collections.ConfigDict, model) -> Stages:
+  """The `Stages` of `config` (optimizers `config.optimizer.{sft,rl}`, GRPO knobs `config.rl`)."""
+  r = config.rl
+  rl_tx = stage_optimizer(config, "rl")
+  sft_tx = stage_optimizer(config, "sft")
+  return Stages(sft_tx, codecomp.make_sft_step(model, sft_tx), rl_tx,
+                codecomp.make_grpo_step(model, rl_tx, cost_model(config),
+                                        num_tokens=config.apc.max_target_len,
+                                        group_size=r.group_size, temperature=r.temperature,
+                                        eps_low=r.eps_low, eps_high=r.eps_high,
+                                        malformed_penalty=r.malformed_penalty))
+
+
+def run_seed(config, model, base_params, corpus, seed: int, stages: Stages | None = None) -> dict:
+  """Every arm for one paired seed; returns per-arm summaries and the sweep.
+
+  `base_params` should be uncommitted arrays (see `run`); `stages` defaults to
+  `make_stages(config, model)`.
+  """
   a, costs = config.apc, cost_model(config)
-  n = a.max_target_len
+  stages = stages or make_stages(config, model)
+  n, chunk = a.max_target_len, a.num_eval
   h_star = codecomp.critical_entropy(costs.rho, a.fano_vocab_size)
   thresholds = np.asarray(a.thresholds, np.float64)
 
   ex = _examples(a, corpus.val, a.num_eval, seed)  # held-out files only
-  dec = codecomp.hard_completion(model, base_params, ex.prompts, num_tokens=n)
+  dec = _hard(model, base_params, ex.prompts, n, chunk)
   hc = codecomp.score(dec.tokens, dec.lengths, ex.targets, ex.target_lens, dec.tokens, costs)
   hc_cost = float(np.mean(hc.cost))
-  valid = np.arange(n)[None, :] < np.asarray(dec.lengths)[:, None]
+  valid = np.arange(n)[None, :] < dec.lengths[:, None]
   t_pad = np.pad(ex.targets, ((0, 0), (0, max(n - ex.targets.shape[1], 0))))[:, :n]
-  hc_wrong = (np.asarray(dec.tokens) != t_pad) | (np.arange(n)[None, :] >= ex.target_lens[:, None])
+  hc_wrong = (dec.tokens != t_pad) | (np.arange(n)[None, :] >= ex.target_lens[:, None])
   arms = {"hc": _summarise(hc, hc_cost)}
   arms["hc"]["position_error_rate"] = float(hc_wrong[valid].mean())
   arms["apc_fano"] = _summarise(_score_threshold(dec, ex, dec.entropy, h_star, costs), hc_cost)
@@ -108,15 +150,14 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
                                 hc_cost)
   # The tuned threshold is chosen on training files, never on the evaluation set.
   tune = _examples(a, corpus.train, a.num_tune, 10_000 + seed)
-  tune_dec = codecomp.hard_completion(model, base_params, tune.prompts, num_tokens=n)
+  tune_dec = _hard(model, base_params, tune.prompts, n, chunk)
   tuned = float(thresholds[int(np.argmin(_sweep(tune_dec, tune, thresholds, costs)))])
   arms["apc_tuned"] = _summarise(_score_threshold(dec, ex, dec.entropy, tuned, costs), hc_cost)
   sweep = _sweep(dec, ex, thresholds, costs) / hc_cost
 
   # Edit logs: the base model's own suggestions on training files vs the truth.
   logs = _examples(a, corpus.train, config.sft.num_logs, 20_000 + seed)
-  log_dec = jax.device_get(codecomp.hard_completion(model, base_params, logs.prompts,
-                                                    num_tokens=n))
+  log_dec = _hard(model, base_params, logs.prompts, n, chunk)
   targets, keep = [], []
   for i in range(len(logs.prompts)):
     t = codecomp.placeholder_target(log_dec.tokens[i, :log_dec.lengths[i]],
@@ -133,42 +174,36 @@ def run_seed(config, model, base_params, corpus, seed: int) -> dict:
   with_ph = float(np.mean([codecomp.PLACEHOLDER in t for t in targets]))
 
   s = config.sft
-  tx = stage_optimizer(config, "sft")
-  step = codecomp.make_sft_step(model, tx)
-  params, opt_state = base_params, tx.init(base_params)
+  params, opt_state = base_params, stages.sft_tx.init(base_params)
   rng = np.random.default_rng(seed)
   sft_losses = []
   for _ in range(s.num_steps):
     idx = rng.integers(0, len(rows), size=s.batch_size)
-    params, opt_state, loss = step(params, opt_state, rows[idx], mask[idx])
+    params, opt_state, loss = stages.sft_step(params, opt_state, rows[idx], mask[idx])
     sft_losses.append(loss)  # on device: one host transfer after the loop, not one per step
-  arms.update(_trained_arms(model, params, ex, n, costs, "sft", hc_cost))
+  sft_arms, _ = _trained_arms(model, params, ex, n, costs, "sft", hc_cost, chunk)
+  arms.update(sft_arms)
 
   r = config.rl
-  tx = stage_optimizer(config, "rl")
-  grpo_step = codecomp.make_grpo_step(model, tx, costs, num_tokens=n, group_size=r.group_size,
-                                      temperature=r.temperature, eps_low=r.eps_low,
-                                      eps_high=r.eps_high, malformed_penalty=r.malformed_penalty)
-  opt_state = tx.init(params)
+  opt_state = stages.rl_tx.init(params)
   key = jax.random.key(seed)
   rl_rewards = []
   for _ in range(r.num_steps):
     key, k = jax.random.split(key)
     idx = rng.integers(0, len(logs.prompts), size=r.batch_size)
-    params, opt_state, m = grpo_step(params, opt_state, logs.prompts[idx], logs.targets[idx],
-                                     logs.target_lens[idx], k)
+    params, opt_state, m = stages.grpo_step(params, opt_state, logs.prompts[idx],
+                                            logs.targets[idx], logs.target_lens[idx], k)
     rl_rewards.append(m["reward"])
-  arms.update(_trained_arms(model, params, ex, n, costs, "sft_rl", hc_cost))
+  rl_arms, shown = _trained_arms(model, params, ex, n, costs, "sft_rl", hc_cost, chunk)
+  arms.update(rl_arms)
 
   # Examples for display: a few held-out completions with their placeholders.
-  shown = codecomp.decode(model, params, ex.prompts[:6], jax.random.key(0), num_tokens=n)
-  shown = jax.device_get(shown)
   examples = [dict(prefix=bytes(ex.prompts[i, -40:].astype(np.uint8)).decode("utf-8", "replace"),
                    truth=bytes(ex.targets[i, :ex.target_lens[i]].astype(np.uint8)).decode(
                        "utf-8", "replace"),
-                   hard=codecomp.render_snippet(np.asarray(dec.tokens)[i, :int(dec.lengths[i])]),
+                   hard=codecomp.render_snippet(dec.tokens[i, :int(dec.lengths[i])]),
                    apc=codecomp.render_snippet(shown.tokens[i, :shown.lengths[i]]))
-              for i in range(len(shown.tokens))]
+              for i in range(min(6, len(ex.prompts)))]
   return dict(arms=arms, sweep=sweep.tolist(), tuned_threshold=tuned, h_star=h_star,
               sft_pairs=len(keep), sft_pairs_with_placeholder=with_ph,
               sft_losses=np.asarray(jax.device_get(sft_losses), np.float64).tolist(),
@@ -218,13 +253,18 @@ def run(config, workdir: str) -> dict:
     raise ValueError("apc.max_target_len must be >= 2 and apc.prefix_len >= 1")
   base_config = base_lm_config(config)
   model, base_params, corpus = lm.pretrained(base_config, os.path.join(workdir, "base_lm"))
+  # Uncommitted copies: the base LM's params carry its mesh's sharding, a fresh optimizer
+  # state does not, and the SFT / GRPO steps would be traced again after their first call.
+  base_params = jax.device_put(jax.device_get(base_params))
+  stages = make_stages(config, model)
   base_seconds = time.time() - t0
 
   cache = jaxlab.train.ArmCache(workdir)
   key = jaxlab.train.config_hash(lm.base_lm_config(base_config), config.apc, config.sft,
                                   config.rl, config.optimizer)
+  seed_fn = lambda s: run_seed(config, model, base_params, corpus, s, stages)
   per_seed = [cache.get_or_run(f"seed_{s}", jaxlab.train.config_hash(key, s),
-                               lambda s=s: run_seed(config, model, base_params, corpus, s))
+                               lambda s=s: seed_fn(s))
               for s in seeds]
 
   table = {a: {m: dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v)

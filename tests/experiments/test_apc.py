@@ -12,8 +12,8 @@ from jaxlab.train import lm as train_lm
 from launch.configs import load_config
 
 
-# ~60 CPU-seconds, mostly XLA compilation (base LM, decoder, edit-cost DP, GRPO step): the
-# default selection runs the same smoke pipeline through colabs/apc.ipynb instead.
+# ~12 CPU-seconds (two runs; mostly tracing and compilation): over the default budget next to
+# colabs/apc.ipynb, which runs the same smoke pipeline in the default selection.
 @pytest.mark.slow
 def test_smoke_run_writes_table_and_resumes(tmp_path):
   config = apc_config.get_config("smoke")

@@ -38,10 +38,14 @@ def test_critical_entropy_rejects_bad_input():
     CostModel(edit_cost=0.0)
 
 
+# Jitted: the eager scan would be traced again at every call.
+_editing_cost = jax.jit(codecomp.editing_cost, static_argnames=("costs",))
+
+
 def _cost(suggestion, truth, width=24):
   """editing_cost of token lists, padded to one width (one compilation for every call)."""
   pad = lambda x: jnp.array(list(x) + [7] * (width - len(x)))
-  return float(codecomp.editing_cost(pad(suggestion), len(suggestion), pad(truth), len(truth)))
+  return float(_editing_cost(pad(suggestion), len(suggestion), pad(truth), len(truth)))
 
 
 def test_placeholder_vs_wrong_token_cost_hand_example():
