@@ -76,7 +76,7 @@ def get_config(arg=None):
       mined_max_len=12))    # characters compared by MinED's edit distance
   # Cost of the coupling as the sequence grows (teacher tokens n, student tokens 2n).
   config.bench = ml_collections.ConfigDict(dict(
-      lengths=(32, 64, 128, 256, 512), repeats=9, epsilon=0.1, sinkhorn_iters=50))
+      lengths=(64, 128, 256, 512, 1024), repeats=5, epsilon=0.1, sinkhorn_iters=50))
 
   # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
   # "low overlap" = the mean held-out bits/byte over the `tokenizers.low_overlap` students.

@@ -180,23 +180,23 @@ def edit_distance_map(teacher: list[str], student: list[str], *, max_len: int = 
     return arr, lens
   t_codes, t_lens = codes(teacher)
   s_codes, s_lens = codes(student)
+  s_cols = s_codes.T.copy()  # [max_len, S]: DP rows are [column, teacher, student], contiguous
+  num_s = len(student)
   out = np.zeros(len(teacher), np.int32)
-  cols = np.arange(max_len + 1, dtype=np.int32)
+  cols = np.arange(max_len + 1, dtype=np.int16)
   for lo in range(0, len(teacher), block):
     tc, tl = t_codes[lo:lo + block], t_lens[lo:lo + block]
     b = len(tc)
-    prev = np.broadcast_to(cols, (b, len(student), max_len + 1)).copy()  # row i = 0
+    prev = np.broadcast_to(cols[:, None, None], (max_len + 1, b, num_s)).copy()  # row i = 0
     best = np.where(tl[:, None] == 0, s_lens[None, :], 0)
-    for i in range(1, max_len + 1):
+    for i in range(1, int(tl.max(initial=0)) + 1):
       cur = np.empty_like(prev)
-      cur[:, :, 0] = i
-      sub = (tc[:, i - 1][:, None, None] != s_codes[None, :, :]).astype(np.int32)
-      diag = prev[:, :, :-1] + sub
-      up = prev[:, :, 1:] + 1
-      cand = np.minimum(diag, up)
+      cur[0] = i
+      sub = tc[None, :, i - 1, None] != s_cols[:, None, :]  # [max_len, b, S]
+      cand = np.minimum(prev[:-1] + sub, prev[1:] + 1)
       for j in range(1, max_len + 1):
-        cur[:, :, j] = np.minimum(cand[:, :, j - 1], cur[:, :, j - 1] + 1)
-      final = np.take_along_axis(cur, s_lens[None, :, None].repeat(b, 0), 2)[:, :, 0]
+        np.minimum(cand[j - 1], cur[j - 1] + 1, out=cur[j])
+      final = cur[s_lens, :, np.arange(num_s)].T  # [b, S]: distance to the full student string
       best = np.where((tl == i)[:, None], final, best)
       prev = cur
     out[lo:lo + b] = np.argmin(best, axis=1)

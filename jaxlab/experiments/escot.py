@@ -9,8 +9,11 @@ Pipeline (every step cached in the workdir, so a killed run resumes):
   3. Its per-token statistics on the students' small subset (next-character
      distribution, sorted top-k, Renyi entropy), computed once.
   4. Per student tokenizer and method (SFT, ULD, MinED, E-SCOT): 2-layer students, the
-     same steps and batches, seeds vmapped; one compiled program per student (the method
-     is a traced switch). Arms resume through `jaxlab.train.ArmCache`.
+     same steps and batches, seeds vmapped, steps in one `lax.scan`; one compiled program
+     per student vocabulary (the method is a traced switch). Arms resume through
+     `jaxlab.train.ArmCache`, keyed by what they compute: a student whose token ids, offsets
+     and first characters equal another's (the "▁"-marker copy of the teacher's BPE) reuses
+     its SFT / ULD / E-SCOT arms (only MinED reads the vocabulary strings).
   5. Held-out bits per byte on the same val chunks for every tokenizer (every token is
      predicted from a BOS token, so the sum of token losses is the text's code length).
   6. The time of the sparse span coupling vs a dense Sinkhorn coupling as n grows.
@@ -18,6 +21,7 @@ Pipeline (every step cached in the workdir, so a killed run resumes):
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -153,13 +157,23 @@ def train_teacher(config, toks: Tokens, workdir: str):
     inputs, targets, mask = batch
     return _masked_ce(_logp(model, params, inputs, toks.vocab), targets, mask), {}
 
+  lengths = toks.mask.sum(1).astype(np.int64)
+
   def batch_fn(i):
     idx = np.random.default_rng([0, i]).integers(0, len(toks.inputs), t.batch_size)
-    return toks.inputs[idx], toks.targets[idx], toks.mask[idx]
+    # Trailing padding changes nothing for a causal model under a masked loss, so each batch is
+    # cut to its longest chunk, rounded up to 16 (a few compiled widths): most chunks hold half
+    # the padded width, and the padding was over half the teacher's compute. A short run (smoke)
+    # keeps one width: there each extra compile would cost more than it saves.
+    width = toks.inputs.shape[1]
+    if t.num_steps >= 100:
+      width = min(width, -(-int(lengths[idx].max()) // 16) * 16)
+    return toks.inputs[idx, :width], toks.targets[idx, :width], toks.mask[idx, :width]
 
   step = jaxlab.train.make_train_step(loss_fn, tx)
+  # At most ~4 saves (an orbax save costs a few tenths of a CPU second; smoke saves once).
   state = jaxlab.train.train_loop(state, step, batch_fn, num_steps=t.num_steps, workdir=workdir,
-                                  checkpoint_every=max(1, t.num_steps // 4),
+                                  checkpoint_every=max(100, t.num_steps // 4),
                                   log_every=max(1, t.num_steps // 10), desc="escot teacher")
   return model, state.params
 
@@ -332,6 +346,16 @@ def bench_coupling(lengths: tuple[int, ...], *, repeats: int, epsilon: float, nu
   return out
 
 
+def _digest(*arrays: np.ndarray) -> str:
+  """A short content hash of numpy arrays (dtype, shape and bytes)."""
+  h = hashlib.sha1()
+  for a in arrays:
+    a = np.ascontiguousarray(a)
+    h.update(f"{a.dtype}{a.shape}".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()[:16]
+
+
 def _measure(table: dict, low: list[str], methods: list[str]) -> dict:
   """Per-seed values of each declared criterion (absent when an arm is missing)."""
   def low_mean(method):
@@ -386,6 +410,14 @@ def run(config, workdir: str) -> dict:
   """Runs every (student, method) arm, resuming finished ones; writes results.json."""
   os.makedirs(workdir, exist_ok=True)
   t0, cpu0 = time.time(), time.process_time()
+  profile: dict = {}  # CPU seconds (all threads) per phase; ~0 for what came from the cache
+
+  def timed(phase, fn):
+    cpu = time.process_time()
+    out = fn()
+    profile[phase] = profile.get(phase, 0.0) + time.process_time() - cpu
+    return out
+
   seeds = config_seeds(config)
   methods = split_names(config.distill.methods)
   bad = sorted(set(methods) - set(METHODS))
@@ -413,8 +445,8 @@ def run(config, workdir: str) -> dict:
 
   tok_key = jaxlab.train.config_hash(config.data, config.tokenizers.teacher,
                                      config.tokenizers.students)
-  teacher_tok, student_toks = build_tokenizers(config, train_text,
-                                               os.path.join(workdir, f"tokenizers-{tok_key}"))
+  teacher_tok, student_toks = timed("tokenizers", lambda: build_tokenizers(
+      config, train_text, os.path.join(workdir, f"tokenizers-{tok_key}")))
   t_strings = tokenize.vocab_strings(teacher_tok)
   overlaps = {s: tokenize.vocab_overlap(t_strings, tokenize.vocab_strings(tok))
               for s, tok in student_toks.items()}
@@ -439,15 +471,16 @@ def run(config, workdir: str) -> dict:
                                                val_chars)
     return dict(bpb=float(bpb[0]), train_chunks=len(teacher_chunks))
 
-  teacher_result = cache.get_or_run("teacher", teacher_key, teacher_val)
+  teacher_result = timed("teacher", lambda: cache.get_or_run("teacher", teacher_key,
+                                                              teacher_val))
 
   def stats():
     if "stats" not in lazy:
-      model, params = teacher()
+      model, params = timed("teacher", teacher)
       t_toks = encode_chunks(teacher_tok, student_chunks)
       lazy["t_toks"] = t_toks
-      lazy["stats"] = teacher_stats(model, params, t_toks,
-                                    tokenize.first_char_matrix(t_strings), config.distill)
+      lazy["stats"] = timed("teacher_stats", lambda: teacher_stats(
+          model, params, t_toks, tokenize.first_char_matrix(t_strings), config.distill))
     return lazy["t_toks"], lazy["stats"]
 
   arm_key = jaxlab.train.config_hash(teacher_key, config.seeds, config.model, config.train,
@@ -455,49 +488,72 @@ def run(config, workdir: str) -> dict:
   keys = jax.vmap(jax.random.key)(np.asarray(seeds))
   table: dict = {}
   arm_info: dict = {}
+  finished: dict = {}  # arm content key -> (arm name, result), reused by identical arms
+  trainers: dict = {}  # (vocab, span slots, first-char map) -> compiled trainer, bpb
   for name, tok in student_toks.items():
     prepared: dict = {}
+    s_strings = tokenize.vocab_strings(tok)
+    s_toks = encode_chunks(tok, student_chunks)
+    val = encode_chunks(tok, val_chunks)
+    first_char = tokenize.first_char_matrix(s_strings)
+    # What an SFT / ULD / E-SCOT arm reads of the student tokenizer: its token ids, offsets
+    # and first characters. Two tokenizers equal on these (the teacher's BPE and its copy with
+    # another marker) train identical students, so such arms run once; MinED also reads the
+    # vocabulary strings.
+    content = jaxlab.train.config_hash(arm_key, _digest(
+        s_toks.inputs, s_toks.targets, s_toks.mask, np.concatenate(s_toks.offsets),
+        val.inputs, val.targets, val.mask, tokenize.decoded_first_char(s_strings)))
 
-    def prepare(name=name, tok=tok, prepared=prepared):
+    def prepare(name=name, s_toks=s_toks, s_strings=s_strings, first_char=first_char,
+                prepared=prepared):
       if not prepared:
         t_toks, st = stats()
-        s_strings = tokenize.vocab_strings(tok)
-        start = time.time()
+        cpu = time.process_time()
         mined_map = tokenize.edit_distance_map(t_strings, s_strings,
                                                max_len=config.distill.mined_max_len)
-        s_toks = encode_chunks(tok, student_chunks)
         arrays, k_max = student_arrays(t_toks, s_toks, st, mined_map, config.distill.coupling)
-        model = make_lm(config.model.to_dict(), s_toks.vocab)
+        shape_key = (s_toks.vocab, k_max, _digest(first_char))
+        if shape_key not in trainers:
+          model = make_lm(config.model.to_dict(), s_toks.vocab)
+          trainers[shape_key] = (make_student_trainer(config, model, s_toks.vocab, first_char,
+                                                      k_max),
+                                 make_bits_per_byte(model, s_toks.vocab))
         prepared.update(
-            arrays=jax.tree.map(jnp.asarray, arrays), model=model, prep_seconds=time.time() - start,
-            train=make_student_trainer(config, model, s_toks.vocab,
-                                       tokenize.first_char_matrix(s_strings), k_max),
-            val=encode_chunks(tok, val_chunks), bpb=make_bits_per_byte(model, s_toks.vocab),
-            tokens_per_chunk=float(s_toks.mask.sum(1).mean()),
+            arrays=jax.tree.map(jnp.asarray, arrays), train=trainers[shape_key][0],
+            bpb=trainers[shape_key][1], tokens_per_chunk=float(s_toks.mask.sum(1).mean()),
             spans_per_chunk=float(np.mean((arrays["pspan"] < k_max).sum(1))))
+        profile[f"prepare.{name}"] = time.process_time() - cpu
       return prepared
 
-    def run_arm(method, prepare=prepare):
+    def run_arm(method, prepare=prepare, val=val):
       p = prepare()
-      start = time.time()
+      start, cpu = time.time(), time.process_time()
       params, (ce, kd) = jax.block_until_ready(
           p["train"](keys, jnp.asarray(METHODS.index(method), jnp.int32), p["arrays"]))
-      seconds = time.time() - start
-      return dict(bpb=p["bpb"](params, p["val"], val_chars),
-                  final_ce=np.asarray(ce[:, -10:].mean(1)), final_kd=np.asarray(kd[:, -10:].mean(1)),
-                  seconds=seconds, tokens_per_chunk=p["tokens_per_chunk"])
+      result = dict(bpb=p["bpb"](params, val, val_chars),
+                    final_ce=np.asarray(ce[:, -10:].mean(1)),
+                    final_kd=np.asarray(kd[:, -10:].mean(1)), seconds=time.time() - start,
+                    cpu_seconds=time.process_time() - cpu,
+                    tokens_per_chunk=p["tokens_per_chunk"])
+      return result
 
     table[name] = {}
     for method in methods:
-      key = jaxlab.train.config_hash(arm_key, name, student_specs[name], method)
-      result = cache.get_or_run(f"{name}.{method}", key, lambda m=method: run_arm(m))
+      key = jaxlab.train.config_hash(content, method, s_strings if method == "mined" else "")
+      if key in finished:  # the same computation ran for another student
+        source, result = finished[key]
+        result = dict(result, cpu_seconds=0.0, same_run_as=source)
+      else:
+        result = cache.get_or_run(f"{name}.{method}", key, lambda m=method: run_arm(m))
+        finished[key] = (f"{name}.{method}", result)
       table[name][method] = seed_summary(result["bpb"])
       arm_info[f"{name}.{method}"] = {k: v for k, v in result.items() if k != "bpb"}
+      profile[f"arm.{name}.{method}"] = result.get("cpu_seconds", 0.0)
 
   b = config.bench
-  bench = cache.get_or_run(
+  bench = timed("bench", lambda: cache.get_or_run(
       "bench", jaxlab.train.config_hash(b), lambda: bench_coupling(
-          tuple(b.lengths), repeats=b.repeats, epsilon=b.epsilon, num_iters=b.sinkhorn_iters))
+          tuple(b.lengths), repeats=b.repeats, epsilon=b.epsilon, num_iters=b.sinkhorn_iters)))
 
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria,
                                                   _measure(table, low, methods))
@@ -551,7 +607,7 @@ def run(config, workdir: str) -> dict:
       students={s: dict(spec=student_specs[s], vocab=student_toks[s].get_vocab_size(),
                         overlap=overlaps[s]) for s in students},
       low_overlap=low, table=table, teacher=teacher_result, arms=arm_info, bench=bench,
-      seconds=time.time() - t0, cpu_seconds=time.process_time() - cpu0,
+      seconds=time.time() - t0, cpu_seconds=time.process_time() - cpu0, cpu_profile=profile,
       config=json.loads(config.to_json_best_effort()), report=dataclasses.asdict(report))
   jaxlab.report.write_results(workdir, results)
   return results

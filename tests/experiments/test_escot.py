@@ -110,3 +110,14 @@ def test_bad_config_raises(field, value, match, tmp_path):
   config[section][key] = value
   with pytest.raises(ValueError, match=match):
     escot.run(config, str(tmp_path))
+
+
+@pytest.mark.slow
+def test_marker_copy_reuses_the_arms_that_do_not_read_vocabulary_strings(tmp_path):
+  config = load_config("escot", "smoke")
+  config.tokenizers.update(students="same=teacher,marker=marker", low_overlap="marker")
+  config.distill.methods = "sft,mined"
+  results = escot.run(config, str(tmp_path))
+  assert results["arms"]["marker.sft"]["same_run_as"] == "same.sft"
+  assert results["table"]["marker"]["sft"] == results["table"]["same"]["sft"]
+  assert "same_run_as" not in results["arms"]["marker.mined"]  # MinED reads the strings

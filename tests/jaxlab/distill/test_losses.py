@@ -9,10 +9,13 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from jaxlab.distill import (
+    dense_ot_loss,
     escot_loss,
+    kl_divergence,
     mined_loss,
     overlap_coupling,
     renyi_entropy,
+    sinkhorn,
     span_weights,
     spans_from_offsets,
     uld_distance,
@@ -129,3 +132,14 @@ def test_uld_and_mined_losses():
     q = np.asarray(top_t[t_index[j]]) / float(top_t[t_index[j]].sum())
     ref.append(np.sum(q * (np.log(q) - np.asarray(logp_s[j])[np.asarray(ids[t_index[j]])])))
   np.testing.assert_allclose(got, np.mean(ref), rtol=1e-5)
+
+
+def test_dense_ot_loss_is_the_sinkhorn_plan_times_the_pairwise_kl():
+  rng = np.random.default_rng(3)
+  p = jnp.asarray(rng.dirichlet(np.full(6, 0.5), 5), jnp.float32)
+  q = jnp.asarray(rng.dirichlet(np.full(6, 0.5), 7), jnp.float32)
+  cost = kl_divergence(p[:, None, :], q[None, :, :])
+  plan = jax.jit(lambda c: sinkhorn(c, jnp.full(5, 1 / 5), jnp.full(7, 1 / 7), epsilon=0.1,
+                                    num_iters=20).coupling)(cost)
+  loss = jax.jit(lambda p, q: dense_ot_loss(p, q, epsilon=0.1, num_iters=20))(p, q)
+  np.testing.assert_allclose(loss, jnp.sum(plan * cost), rtol=1e-5)

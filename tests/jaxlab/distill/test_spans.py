@@ -76,3 +76,19 @@ def test_identical_tokenizations_make_one_span_per_token():
 def test_bad_offsets_raise(teacher, student, match):
   with pytest.raises(ValueError, match=match):
     spans_from_offsets(np.array(teacher), np.array(student))
+
+
+@settings(max_examples=100, deadline=None)
+@given(two_tokenizations())
+def test_start_coupling_pairs_only_tokens_predicted_from_the_same_prefix(case):
+  # A token's distribution is the prediction FOR it (from the text before it), so a pair's two
+  # next-character distributions describe the same character only when both tokens start at
+  # the same offset: "start" couples exactly those; "overlap" puts its leftover mass elsewhere.
+  t, s, _ = case
+  spans = spans_from_offsets(t, s)
+  start = overlap_coupling(t, s, spans, mode="start")
+  np.testing.assert_array_equal(t[start.teacher, 0], s[start.student, 0])
+  np.testing.assert_array_equal(t[start.teacher, 0], spans.bounds[start.span])
+  c = overlap_coupling(t, s, spans)
+  same_start = t[c.teacher, 0] == s[c.student, 0]
+  assert np.sum(same_start) == spans.num_spans  # one aligned pair per span
