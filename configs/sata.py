@@ -7,10 +7,11 @@ Presets:
   smoke  4 + 4 training clips per seed, 2 arms (sata, no_text), a handful of steps, 3 seeds
          (pipeline check; MiniLM load + compilation dominate).
   quick  128 clips per training species (biped, quadruped; every clip on its own random
-         skeleton), 16 frames at 20 fps, 400 steps of 8 clips for each of the five arms,
-         3 seeds vmapped; MiniLM embeddings of the ~45 joint descriptions cached in the
-         workdir (a few minutes on 2 cores).
-  full   512 clips per species, 32 frames, 3000 steps, 5 seeds.
+         skeleton), 8 frames at 10 fps (about one gait cycle), 800 steps of 4 clips for each
+         of the five arms, 3 seeds vmapped, one compilation shared by every arm; MiniLM
+         embeddings of the ~45 joint descriptions cached in the workdir (~3 min on 2 cores).
+         The model leaves the mean pose and learns the gait after ~300 steps.
+  full   512 clips per species, 32 frames at 20 fps, 3000 steps, 5 seeds.
 
 Arms (`config.arms`): "sata" (FiLM + gate, text, GINE + spatial + temporal Transformer),
 "no_film" (concatenation instead of modulation), "no_text" (geometry-only condition),
@@ -40,7 +41,7 @@ def get_config(arg=None):
   config.data = ml_collections.ConfigDict(dict(
       num_train=128,             # clips per training species
       num_test=32,               # clips per test split (and hidden pairs)
-      num_frames=16, fps=20.0, max_joints=32, bone_jitter=0.3,
+      num_frames=8, fps=10.0, max_joints=32, bone_jitter=0.3,
       train_species="biped,quadruped", heldout_species="hexapod",
       pair_source="biped", pair_target="quadruped"))
   config.text = ml_collections.ConfigDict(dict(encoder_batch_size=64))
@@ -49,11 +50,15 @@ def get_config(arg=None):
   # jaxlab interpretation: the paper's loss weights are unreported.
   config.loss = ml_collections.ConfigDict(dict(
       rotation=1.0, position=1.0, velocity=0.05, contact=0.2, root=0.5, kl=1e-4))
-  config.train = ml_collections.ConfigDict(dict(num_steps=400, batch_size=8, max_grad_norm=1.0))
+  # xla_opt_level: None = XLA's default; 0 compiles the program in half the time but runs it
+  # ~2.5x slower (worth it only for the seconds-long smoke preset).
+  config.train = ml_collections.ConfigDict(dict(num_steps=800, batch_size=4, max_grad_norm=1.0,
+                                                xla_opt_level=ml_collections.FieldReference(
+                                                    None, field_type=int)))
   # The paper: Adam, lr 1e-4, warm-up then exponential decay over 400 epochs; our short
   # runs use a larger peak with warm-up + cosine (jaxlab interpretation).
   config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=3e-3, schedule="warmup_cosine", warmup_steps=20, end_frac=0.1))
+      learning_rate=1e-2, schedule="warmup_cosine", warmup_steps=20, end_frac=0.1))
 
   # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
   def vs(arm, metric, direction, claim, primary=False, threshold=0.0, unit="cm"):
@@ -90,11 +95,11 @@ def get_config(arg=None):
     config.arms = "sata,no_text"
     config.data.update(num_train=4, num_test=4, num_frames=8)
     config.model.update(width=16, num_heads=2, latent_dim=8, num_freqs=2)
-    config.train.update(num_steps=4, batch_size=4)
+    config.train.update(num_steps=4, batch_size=4, xla_opt_level=0)
     config.optimizer.warmup_steps = 1
   elif preset == "full":
     config.seeds = (0, 1, 2, 3, 4)
-    config.data.update(num_train=512, num_test=64, num_frames=32)
+    config.data.update(num_train=512, num_test=64, num_frames=32, fps=20.0)
     config.model.update(width=64, num_blocks=2, latent_dim=32)
     config.train.update(num_steps=3000, batch_size=16)
     config.optimizer.update(learning_rate=1e-3, warmup_steps=100)

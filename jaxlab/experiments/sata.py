@@ -35,20 +35,45 @@ METHOD = "sata"
 ARMS = ("sata", "no_film", "no_text", "shuffled_text", "gnn_only")
 SPLITS = ("seen", "heldout", "retarget")
 METRICS = ("jr_deg", "jp_cm", "root_vel", "gait_corr", "contact_f1")
+_DATA_SPLITS = ("train", "test_seen", "test_heldout", "pair_source", "pair_target")
+# Reported split -> (encoded clips, decoded-on and scored-against clips); retargeting last.
+_EVAL = {"seen": ("test_seen", "test_seen"), "heldout": ("test_heldout", "test_heldout"),
+         "retarget": ("pair_source", "pair_target")}
+
+
+# Each arm's static model (jaxlab interpretation of the spec's ablations) and the
+# switches that make the shared "both"-modulation model compute the same function.
+_ARM_MODELS = {"sata": {}, "shuffled_text": {}, "no_film": dict(modulation="concat"),
+               "no_text": dict(use_text=False),
+               "gnn_only": dict(spatial_attention=False, use_text=False, modulation="concat")}
+_ARM_SWITCHES = {"sata": (1, 1, 1), "shuffled_text": (1, 1, 1), "no_film": (1, 0, 1),
+                 "no_text": (0, 1, 1), "gnn_only": (0, 0, 0)}  # (text, film, spatial_attention)
+
+
+def _base_model(config) -> dict:
+  m = config.model
+  return dict(width=m.width, num_blocks=m.num_blocks, num_heads=m.num_heads,
+              latent_dim=m.latent_dim, num_freqs=m.num_freqs,
+              max_frames=max(config.data.num_frames, 1))
 
 
 def model_config(name: str, config) -> sata.SataConfig:
-  """The `SataConfig` of an arm (jaxlab interpretation of the spec's ablations)."""
-  m = config.model
-  base = dict(width=m.width, num_blocks=m.num_blocks, num_heads=m.num_heads,
-              latent_dim=m.latent_dim, num_freqs=m.num_freqs,
-              max_frames=max(config.data.num_frames, 1))
-  arm = {"sata": {}, "shuffled_text": {}, "no_film": dict(modulation="concat"),
-         "no_text": dict(use_text=False),
-         "gnn_only": dict(spatial_attention=False, use_text=False, modulation="concat")}
-  if name not in arm:
+  """The static `SataConfig` of an arm (jaxlab interpretation of the spec's ablations)."""
+  if name not in _ARM_MODELS:
     raise ValueError(f"Unknown arm {name!r}; expected one of {ARMS}")
-  return sata.SataConfig(**base, **arm[name])
+  return sata.SataConfig(**_base_model(config), **_ARM_MODELS[name])
+
+
+def shared_model_config(config) -> sata.SataConfig:
+  """The model every arm runs: all ablated parts built, `arm_switches` turn them off."""
+  return sata.SataConfig(**_base_model(config), modulation="both")
+
+
+def arm_switches(name: str) -> sata.Switches:
+  """The `Switches` under which `shared_model_config` computes `model_config(name)`'s function."""
+  if name not in _ARM_SWITCHES:
+    raise ValueError(f"Unknown arm {name!r}; expected one of {ARMS}")
+  return sata.Switches(*(np.float32(v) for v in _ARM_SWITCHES[name]))
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
@@ -84,7 +109,16 @@ def _data(config, seeds: list[int], workdir: str):
                          for t in c.skeleton.descriptions})
   table, seconds = _embeddings(descriptions, config, workdir)
   index = {t: i for i, t in enumerate(descriptions)}
-  packed = [{k: generate.pack(v, index, d.max_joints) for k, v in sp.items()} for sp in splits]
+  # Training clips are padded to their largest skeleton (over seeds), the evaluation
+  # splits (one forward pass) to theirs: the model is joint-count agnostic, and padding
+  # to `max_joints` everywhere would cost compute.
+  joints = {k: max(c.skeleton.num_joints for sp in splits for c in sp[k]) for k in splits[0]}
+  widest = {k: j if k == "train" else max(v for n, v in joints.items() if n != "train")
+            for k, j in joints.items()}
+  for k, j in joints.items():
+    if j > d.max_joints:
+      raise ValueError(f"a {k} skeleton has {j} joints > config.data.max_joints={d.max_joints}")
+  packed = [{k: generate.pack(v, index, widest[k]) for k, v in sp.items()} for sp in splits]
   # The shuffled-text arm's training and test descriptions, drawn once per seed.
   for s, p in zip(seeds, packed, strict=True):
     rng = np.random.default_rng([s, 7])
@@ -97,38 +131,54 @@ def _data(config, seeds: list[int], workdir: str):
   return stacked, table, depth + 1, seconds, example
 
 
-def _arm_program(name: str, config, tx: optax.GradientTransformation, table: np.ndarray,
-                 num_levels: int):
-  """jit(vmap over seeds) of: train, then evaluate every split (+ one retargeted example)."""
-  net = sata.SataAutoencoder(model_config(name, config))
+def _program(config, tx: optax.GradientTransformation, table: np.ndarray, num_levels: int):
+  """jit(vmap over seeds) of: train, then evaluate every split (+ one retargeted example).
+
+  The arm enters only through its data and its (traced, unbatched) `Switches`, so every
+  arm reuses one compilation.
+  """
+  net = sata.SataAutoencoder(shared_model_config(config))
   weights = training.LossWeights(**config.loss.to_dict())
   t = config.train
 
-  def one_seed(data, key):
-    suffix = "_shuffled" if name == "shuffled_text" else ""
-    get = lambda k: data[k + suffix]  # noqa: E731
-    params, losses = training.train(net, tx, get("train"), table, key, num_steps=t.num_steps,
+  def one_seed(data, key, switches):
+    stats = training.feature_stats(data["train"])
+    params, losses = training.train(net, tx, data["train"], table, key, num_steps=t.num_steps,
                                     batch_size=t.batch_size, num_levels=num_levels,
-                                    weights=weights)
-    ev = lambda s, g: training.evaluate(net, params, get(s), get(g), table,  # noqa: E731
-                                        num_levels=num_levels)
-    out = dict(seen=ev("test_seen", "test_seen"), heldout=ev("test_heldout", "test_heldout"),
-               retarget=ev("pair_source", "pair_target"))
-    src, tgt = get("pair_source"), get("pair_target")
-    first = lambda d: jax.tree.map(lambda x: x[:1], d)  # noqa: E731
-    raw, _, _ = net.apply(params, src["features"][:1],
-                          training.skeleton_inputs(first(src), table),
-                          training.skeleton_inputs(first(tgt), table))
-    pred = training.decode_outputs(raw, first(tgt), num_levels)
+                                    weights=weights, stats=stats, switches=switches)
+    # Every split in one forward pass (fewer copies of the network to compile): the
+    # evaluation splits share one padded joint count.
+    sources = [data[s] for s, _ in _EVAL.values()]
+    tgts = [data[g] for _, g in _EVAL.values()]
+    cat = lambda ds: jax.tree.map(lambda *x: jnp.concatenate(x), *ds)  # noqa: E731
+    pred = training.predict(net, params, cat(sources), cat(tgts), table, num_levels=num_levels,
+                            stats=stats, switches=switches)
+    out, start = {}, 0
+    for split, g in zip(_EVAL, tgts, strict=True):
+      n = g["features"].shape[0]
+      part = jax.tree.map(lambda x, a=start, b=start + n: x[a:b], pred)
+      out[split] = training.metrics(part, training.targets(g), g)
+      start += n
+    # The first hidden pair (retargeting is the last block of the forward pass).
+    src, tgt = data["pair_source"], data["pair_target"]
+    r0 = start - tgt["features"].shape[0]
     lift = lambda pos, h: pos + jnp.stack([jnp.zeros_like(h), h, jnp.zeros_like(h)], -1)[  # noqa
         ..., None, :]
     example = dict(
         source=lift(src["features"][0, ..., generate.POS], src["features"][0, :, 0, 16]),
         target=lift(tgt["features"][0, ..., generate.POS], tgt["features"][0, :, 0, 16]),
-        retargeted=lift(pred["pos"][0], pred["root"][0, :, 3]))
+        retargeted=lift(pred["pos"][r0], pred["root"][r0, :, 3]))
     return out, {k: v[-1] for k, v in losses.items()}, example
 
-  return jax.jit(jax.vmap(one_seed))
+  level = config.train.get("xla_opt_level")
+  options = None if level is None else {"xla_backend_optimization_level": int(level)}
+  return jax.jit(jax.vmap(one_seed, in_axes=(0, 0, None)), compiler_options=options)
+
+
+def _arm_data(data: dict, name: str) -> dict:
+  """The splits an arm trains and is scored on (its own descriptions for shuffled_text)."""
+  suffix = "_shuffled" if name == "shuffled_text" else ""
+  return {k: data[k + suffix] for k in _DATA_SPLITS}
 
 
 def _pm(s: dict, digits: int = 2) -> str:
@@ -214,7 +264,7 @@ def run(config, workdir: str) -> dict:
     if not loaded:
       d, table, levels, seconds, example = _data(config, seeds, workdir)
       loaded.update(data=jax.device_put(d), table=table, levels=levels, encode=seconds,
-                    example=example)
+                    example=example, program=_program(config, tx, table, levels))
     return loaded
 
   keys = jax.vmap(jax.random.key)(np.asarray(seeds))
@@ -222,8 +272,8 @@ def run(config, workdir: str) -> dict:
   def run_arm(name):
     d = data()
     start = time.time()
-    program = _arm_program(name, config, tx, d["table"], d["levels"])
-    out, final_loss, example = jax.device_get(program(d["data"], keys))
+    out, final_loss, example = jax.device_get(
+        d["program"](_arm_data(d["data"], name), keys, arm_switches(name)))
     result = dict(metrics={s: {m: np.asarray(out[s][m]) for m in METRICS} for s in SPLITS},
                   final_loss={k: np.asarray(v) for k, v in final_loss.items()},
                   seconds=time.time() - start)

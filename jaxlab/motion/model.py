@@ -17,6 +17,13 @@ per joint 6-D rotation + root motion + contact logit (6 + 4 + 1 = 11).
 Padding: skeletons of a batch are padded to one joint count; `mask` removes
 padding from attention keys, messages and the pool.
 
+Ablations share one compiled program: a model built with `modulation="both"`
+(and text and spatial attention on) carries the parameters of every ablation,
+and `Switches` (traced scalars in {0, 1}) turn parts off at run time. A part
+switched off contributes exactly zero to the output and receives a zero gradient
+(so Adam never moves its parameters): the switched model computes the same
+function as the static ablation (`SataConfig(modulation="concat")` etc.).
+
 Example:
   >>> import jax, jax.numpy as jnp
   >>> cfg = SataConfig(width=16, num_blocks=1, num_heads=2, latent_dim=8)
@@ -41,7 +48,7 @@ import jax.numpy as jnp
 from jax import Array
 from jaxtyping import Bool, Float, Int
 
-MODULATIONS = ("film", "concat")
+MODULATIONS = ("film", "concat", "both")
 NUM_OUTPUTS = 11  # 6-D rotation + 4 root motion + 1 contact logit (jaxlab interpretation)
 
 
@@ -54,8 +61,9 @@ class SataConfig:
     num_blocks: spatio-temporal blocks in the encoder (the decoder mirrors them).
     num_heads: attention heads (spatial and temporal).
     latent_dim: per-frame VAE latent size.
-    modulation: "film" (FiLM + gated residual, the paper's) or "concat" (the
-      no-FiLM ablation: h = z_m + MLP([z_m; c])).
+    modulation: "film" (FiLM + gated residual, the paper's), "concat" (the
+      no-FiLM ablation: h = z_m + MLP([z_m; c])) or "both" (both branches built;
+      `Switches.film` picks one at run time, FiLM by default).
     use_text: whether the condition reads the joint-description embeddings
       (False = the no-text ablation: geometry only).
     gnn: the GINE message-passing branch.
@@ -86,6 +94,22 @@ class SataConfig:
     for name in ("width", "num_blocks", "num_heads", "latent_dim", "num_freqs", "max_frames"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class Switches(NamedTuple):
+  """Run-time on/off switches (0 or 1, traced) of the ablated parts; `None` = all on.
+
+  Attributes:
+    text: the text branch z_t of the condition (0 = the no-text ablation).
+    film: with `modulation="both"`: 1 = FiLM + gate, 0 = concatenation (no-FiLM).
+    spatial_attention: the spatial Transformer branch (0 = GNN only).
+  """
+  text: Float[Array, ""] | float
+  film: Float[Array, ""] | float
+  spatial_attention: Float[Array, ""] | float
+
+
+ALL_ON = Switches(1.0, 1.0, 1.0)
 
 
 class SkeletonInputs(NamedTuple):
@@ -147,21 +171,26 @@ class Modulation(nn.Module):
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, z, c):
+  def __call__(self, z, c, film=1.0):
+    """`film` (0 or 1) picks the branch when `kind == "both"`; ignored otherwise."""
+    if self.kind not in MODULATIONS:
+      raise ValueError(f"Unknown modulation {self.kind!r}; expected one of {MODULATIONS}")
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     d = z.shape[-1]
     c = c[:, None]  # broadcast over frames
-    if self.kind == "film":
+    out = z
+    if self.kind in ("film", "both"):
       gamma_beta = nn.Dense(2 * d, name="psi", kernel_init=nn.initializers.zeros, **kw)(c)
       gamma, beta = jnp.split(gamma_beta, 2, axis=-1)
       x = nn.LayerNorm(name="norm", **kw)(z) * (1 + gamma) + beta
       gate = nn.sigmoid(nn.Dense(d, name="gate", **kw)(c))
-      return z + gate * x
-    if self.kind == "concat":
-      c = jnp.broadcast_to(c, z.shape[:-1] + c.shape[-1:])
-      return z + Mlp(d, dtype=self.dtype, param_dtype=self.param_dtype, name="mix")(
-          jnp.concatenate([z, c], axis=-1))
-    raise ValueError(f"Unknown modulation {self.kind!r}; expected one of {MODULATIONS}")
+      out = out + (film if self.kind == "both" else 1.0) * gate * x
+    if self.kind in ("concat", "both"):
+      cb = jnp.broadcast_to(c, z.shape[:-1] + c.shape[-1:])
+      mix = Mlp(d, dtype=self.dtype, param_dtype=self.param_dtype, name="mix")(
+          jnp.concatenate([z, cb], axis=-1))
+      out = out + (1.0 - film if self.kind == "both" else 1.0) * mix
+    return out
 
 
 def bone_edges(parents: Int[Array, "b j"], depth: Int[Array, "b j"], mask: Bool[Array, "b j"]):
@@ -216,7 +245,7 @@ class STBlock(nn.Module):
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, h, edges, mask):
+  def __call__(self, h, edges, mask, spatial_attention=1.0):
     cfg = self.config
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     x = nn.LayerNorm(name="norm_spatial", **kw)(h)
@@ -225,8 +254,8 @@ class STBlock(nn.Module):
       s = s + GINEConv(cfg.width, name="gine", **kw)(x, *edges)
     if cfg.spatial_attention:
       key_mask = mask[:, None, None, None, :]  # [B, T, heads, Jq, Jk] by broadcasting
-      s = s + nn.MultiHeadDotProductAttention(cfg.num_heads, name="spatial_attn", **kw)(
-          x, mask=key_mask)
+      s = s + spatial_attention * nn.MultiHeadDotProductAttention(
+          cfg.num_heads, name="spatial_attn", **kw)(x, mask=key_mask)
     h = h + s
     h = h + Mlp(2 * cfg.width, cfg.width, name="mlp", **kw)(nn.LayerNorm(name="norm_mlp", **kw)(h))
     if cfg.temporal_attention:
@@ -244,12 +273,13 @@ class _Condition(nn.Module):
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, skel: SkeletonInputs):
+  def __call__(self, skel: SkeletonInputs, text=1.0):
     cfg = self.config
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     z = Mlp(cfg.width, name="phi_s", **kw)(sinusoidal(skel.static, cfg.num_freqs))
     if cfg.use_text:
-      z = jnp.concatenate([z, nn.Dense(cfg.width, name="phi_t", **kw)(skel.text)], axis=-1)
+      z_t = text * nn.Dense(cfg.width, name="phi_t", **kw)(skel.text)
+      z = jnp.concatenate([z, z_t], axis=-1)
     return Mlp(cfg.width, name="Phi", **kw)(z)
 
 
@@ -278,39 +308,51 @@ class SataAutoencoder(nn.Module):
     self.dec_blocks = [STBlock(cfg, name=f"dec_block{i}", **kw) for i in range(cfg.num_blocks)]
     self.head = nn.Dense(NUM_OUTPUTS, name="head", **kw)
 
-  def encode(self, features: Float[Array, "b t j f"], skel: SkeletonInputs
+  def encode(self, features: Float[Array, "b t j f"], skel: SkeletonInputs,
+             switches: Switches | None = None
              ) -> tuple[Float[Array, "b t k"], Float[Array, "b t k"]]:
     """(mean, log-variance) of the per-frame latent of a clip on its own skeleton."""
     _check(features, skel)
+    sw = ALL_ON if switches is None else switches
     edges = bone_edges(skel.parents, skel.depth, skel.mask)
-    h = self.enc_mod(self.enc_in(features), self.enc_cond(skel))
+    h = self.enc_mod(self.enc_in(features), self.enc_cond(skel, sw.text), sw.film)
     for block in self.enc_blocks:
-      h = block(h, edges, skel.mask)
+      h = block(h, edges, skel.mask, sw.spatial_attention)
     pooled = jnp.max(jnp.where(skel.mask[:, None, :, None], h, -jnp.inf), axis=2)
     mu, logvar = jnp.split(self.to_latent(pooled), 2, axis=-1)
     return mu, jnp.clip(logvar, -10.0, 10.0)
 
-  def decode(self, z: Float[Array, "b t k"], skel: SkeletonInputs) -> Float[Array, "b t j 11"]:
+  def decode(self, z: Float[Array, "b t k"], skel: SkeletonInputs,
+             switches: Switches | None = None) -> Float[Array, "b t j 11"]:
     """Per-joint outputs (6-D rotation, root motion, contact logit) on the target skeleton."""
+    sw = ALL_ON if switches is None else switches
     edges = bone_edges(skel.parents, skel.depth, skel.mask)
     j = skel.mask.shape[-1]
     h = jnp.broadcast_to(self.dec_in(z)[:, :, None], (*z.shape[:2], j, self.config.width))
-    h = self.dec_mod(h, self.dec_cond(skel))
+    h = self.dec_mod(h, self.dec_cond(skel, sw.text), sw.film)
     for block in self.dec_blocks:
-      h = block(h, edges, skel.mask)
+      h = block(h, edges, skel.mask, sw.spatial_attention)
     return self.head(h)
 
   def __call__(self, features: Float[Array, "b t j f"], source: SkeletonInputs,
-               target: SkeletonInputs, rng: jax.Array | None = None
+               target: SkeletonInputs, rng: jax.Array | None = None,
+               switches: Switches | None = None
                ) -> tuple[Float[Array, "b t j 11"], Float[Array, "b t k"], Float[Array, "b t k"]]:
     """Encodes on `source`, decodes on `target`; samples the latent when `rng` is given.
+
+    Args:
+      features: [B, T, J_source, F] dynamic features on the source skeletons.
+      source: the source skeletons.
+      target: the target skeletons (`source` again for reconstruction).
+      rng: key of the VAE's latent sample; None decodes the mean.
+      switches: run-time ablation switches (`Switches`); None = all on.
 
     Returns:
       (outputs [B, T, J_target, 11], latent mean, latent log-variance).
     """
-    mu, logvar = self.encode(features, source)
+    mu, logvar = self.encode(features, source, switches)
     z = mu if rng is None else mu + jnp.exp(0.5 * logvar) * jax.random.normal(rng, mu.shape)
-    return self.decode(z, target), mu, logvar
+    return self.decode(z, target, switches), mu, logvar
 
 
 def _check(features, skel: SkeletonInputs) -> None:
