@@ -35,6 +35,21 @@ def split_names(value) -> list[str]:
   return [x.strip() for x in str(value).split(",") if x.strip()]
 
 
+def config_names(config, key: str, choices=None) -> list[str]:
+  """`config.<key>` read with `split_names`; ValueError when empty or not among `choices`.
+
+  >>> import ml_collections
+  >>> config_names(ml_collections.ConfigDict(dict(arms="a, b")), "arms", choices=("a", "b"))
+  ['a', 'b']
+  """
+  names = split_names(config[key])
+  if not names:
+    raise ValueError(f"config.{key} must name at least one entry, got {config[key]!r}")
+  if choices is not None and any(n not in choices for n in names):
+    raise ValueError(f"config.{key} must name some of {tuple(choices)}, got {config[key]!r}")
+  return names
+
+
 def config_seeds(config) -> list[int]:
   """`config.seeds` as a list of ints; ValueError when it is empty.
 

@@ -24,7 +24,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import text
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import config_names, config_seeds
 from jaxlab.recsys import arms as arms_lib
 from jaxlab.recsys import sasrec, training, world
 from jaxlab.report import seed_summary
@@ -245,9 +245,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = split_names(config.arms)
-  if not arms:
-    raise ValueError("config.arms must name at least one arm")
+  arms = config_names(config, "arms")
   seeds = config_seeds(config)
   arm_defs = {a: make_arm(a, config) for a in arms}
   world_cfg, model_cfg, backbone_cfg, arm_cfg = _configs(config)

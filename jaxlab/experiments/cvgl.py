@@ -19,7 +19,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import config_names, config_seeds, split_names
 from jaxlab.report import seed_summary
 from jaxlab.retrieval import metrics, training
 from jaxlab.retrieval import world as world_lib
@@ -93,9 +93,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm and sweep cell (resuming finished ones), writes results.json, returns it."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = split_names(config.arms)
-  if not arms:
-    raise ValueError("config.arms must name at least one arm")
+  arms = config_names(config, "arms")
   arm_params = {a: make_arm(a, config) for a in arms}
   seeds = config_seeds(config)
   factors = [float(f) for f in config.sweep.length_scale_factors]

@@ -20,7 +20,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.diffusion import icl_task as task
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import config_names, config_seeds
 from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("SAPE, anchoring each image token to surface coordinates of the subject's "
@@ -178,9 +178,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = split_names(config.arms)
-  if not arms:
-    raise ValueError("config.arms must name at least one arm")
+  arms = config_names(config, "arms")
   for a in arms:
     task.get_arm(a)
   seeds = config_seeds(config)

@@ -25,7 +25,7 @@ import jaxlab.report
 import jaxlab.train
 from jaxlab.motion import generate, strips, text_cache, training
 from jaxlab.motion import model as sata
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import config_names, config_seeds, split_names
 from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("SATA (joint-text FiLM modulation + graph/attention blocks + max-pooled latent) "
@@ -247,9 +247,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = split_names(config.arms)
-  if not arms or any(a not in ARMS for a in arms):
-    raise ValueError(f"config.arms must name some of {ARMS}, got {config.arms!r}")
+  arms = config_names(config, "arms", choices=ARMS)
   seeds = config_seeds(config)
   for a in arms:
     model_config(a, config)  # fail on a bad knob before any work

@@ -17,7 +17,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import config_names, config_seeds
 from jaxlab.report import seed_summary
 from jaxlab.rl import knowledge_task as kt
 
@@ -126,9 +126,7 @@ def run(config, workdir: str) -> dict:
   """Runs every arm (resuming finished ones), writes results.json, returns the results."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms = split_names(config.arms)
-  if not arms:
-    raise ValueError("config.arms must name at least one arm")
+  arms = config_names(config, "arms")
   seeds = config_seeds(config)
   arm_params = {a: make_arm(a, config) for a in arms}
   task_cfg, policy_cfg, sft_cfg, rl_cfg = _configs(config)

@@ -19,7 +19,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab import text
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import config_names, config_seeds
 from jaxlab.report import seed_summary
 from jaxlab.zeroshot import expansion, mapping, world
 
@@ -105,11 +105,7 @@ def run(config, workdir: str) -> dict:
   """Runs every world x arm (resuming finished ones), writes results.json, returns it."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  arms, worlds = split_names(config.arms), split_names(config.worlds)
-  if not arms:
-    raise ValueError("config.arms must name at least one arm")
-  if not worlds or any(w not in WORLDS for w in worlds):
-    raise ValueError(f"config.worlds must name some of {WORLDS}, got {config.worlds!r}")
+  arms, worlds = config_names(config, "arms"), config_names(config, "worlds", choices=WORLDS)
   seeds = config_seeds(config)
   t = config.train
   train_cfg = expansion.TrainConfig(

@@ -1,6 +1,7 @@
+import ml_collections
 import pytest
 
-from jaxlab import experiments
+from jaxlab import experiments, presets
 from jaxlab.presets import parse_preset
 from launch.configs import load_config
 
@@ -25,3 +26,12 @@ def test_unknown_experiment():
     experiments.get("no_such_experiment")
   with pytest.raises(ValueError, match="No config file"):
     load_config("no_such_experiment")
+
+
+def test_config_names_reads_a_name_list_and_rejects_empty_or_unknown():
+  config = ml_collections.ConfigDict(dict(arms=" a, b,,", worlds=""))
+  assert presets.config_names(config, "arms", choices=("a", "b", "c")) == ["a", "b"]
+  with pytest.raises(ValueError, match="config.worlds must name at least one"):
+    presets.config_names(config, "worlds")
+  with pytest.raises(ValueError, match=r"config.arms must name some of \('a',\)"):
+    presets.config_names(config, "arms", choices=("a",))
