@@ -17,7 +17,7 @@ from jaxlab.formats import _fp8, _int, _mixfp4, _mxfp4, _nvfp4
 from jaxlab.formats._format import Format, QArray, get_format
 from jaxlab.formats._layout import Layout, from_blocks, layout, to_blocks
 from jaxlab.formats._packing import pack_nibbles
-from jaxlab.formats._scales import F32_MAX, block_amax
+from jaxlab.formats._scales import F32_MAX, block_amax, pairwise
 
 # Blocks up to this size take their amax column by column (see `_by_blocks`).
 _MAX_COLUMN_BLOCK = 32
@@ -61,12 +61,8 @@ def _by_blocks(fn, xb: Array):
     # Small blocks: max/min over the block's columns as elementwise ops on [..., nb],
     # one loop XLA:CPU vectorises across blocks and splits over threads (its
     # reduction over a short minor axis runs ~1.5x slower on 2 threads). Same values.
-    hi = lo = [xb[..., j] for j in range(xb.shape[-1])]
-    while len(hi) > 1:
-      h = len(hi) // 2
-      hi = [jnp.maximum(hi[j], hi[j + h]) for j in range(h)] + hi[2 * h:]
-      lo = [jnp.minimum(lo[j], lo[j + h]) for j in range(h)] + lo[2 * h:]
-    raw = jnp.maximum(hi[0], -lo[0])
+    cols = [xb[..., j] for j in range(xb.shape[-1])]
+    raw = jnp.maximum(pairwise(cols, jnp.maximum), -pairwise(cols, jnp.minimum))
   else:
     raw = jnp.maximum(jnp.max(xb, axis=-1), -jnp.min(xb, axis=-1))
   return jax.lax.cond(jnp.max(raw) <= F32_MAX, lambda: fn(xb, raw, all_finite=True),

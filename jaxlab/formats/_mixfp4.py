@@ -18,7 +18,7 @@ from jax import Array
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
 from jaxlab.formats._nvfp4 import decode, nvfp4_blocks, tensor_scales
-from jaxlab.formats._scales import block_amax, e4m3_scale, finite, recip, safe_div
+from jaxlab.formats._scales import block_amax, e4m3_scale, finite, pairwise, recip, safe_div
 
 __all__ = ["decode", "encode", "fake", "mixfp4_blocks"]
 
@@ -155,13 +155,7 @@ def _finite_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Arr
     e_i, e_f = candidates(xb, *(v[..., None] for v in (sv_f, sv_i, den_f, den_i)))
     return tree_sum(e_i), tree_sum(e_f)
   cols = [candidates(xb[..., j], sv_f, sv_i, den_f, den_i) for j in range(bs)]
-  # `tree_sum`'s order over a list of columns.
-  ei, ef = [c[0] for c in cols], [c[1] for c in cols]
-  while len(ei) > 1:
-    h = len(ei) // 2
-    ei = [ei[j] + ei[j + h] for j in range(h)] + ei[2 * h:]
-    ef = [ef[j] + ef[j + h] for j in range(h)] + ef[2 * h:]
-  return ei[0], ef[0]
+  return pairwise([c[0] for c in cols], jnp.add), pairwise([c[1] for c in cols], jnp.add)
 
 
 def _finite_staged(xb: Array, amax_b: Array, fmt: Format):

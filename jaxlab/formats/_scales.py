@@ -44,6 +44,15 @@ def finite_abs(xb: Array) -> Array:
   return jnp.where(a <= F32_MAX, a, 0.0)
 
 
+def pairwise(items: list, op) -> Array:
+  """Reduces `items` with `op` in `_mixfp4.tree_sum`'s order (item j with item j + n // 2,
+  an odd last one carried to the next round): a fixed order, as elementwise ops XLA fuses."""
+  while len(items) > 1:
+    h = len(items) // 2
+    items = [op(items[j], items[j + h]) for j in range(h)] + items[2 * h:]
+  return items[0]
+
+
 def block_amax(xb: Array) -> Array:
   """Finite amax of each block [..., nb, bs] -> [..., nb] (0 for empty inputs)."""
   return jnp.max(finite_abs(xb), axis=-1, initial=0.0)
