@@ -7,7 +7,10 @@ For every format, in one process with interleaved repeats (medians):
   * dequantize: `jaxlab.formats.dequantize` vs `numpy_dequantize`, as GB/s of
     the float32 output;
   * copy: an XLA elementwise pass over a same-size float32 array (read + write,
-    `x + 1`), the bandwidth reference. `*_frac_of_copy` = copy time / op time.
+    `x + 1`), the bandwidth reference. `*_frac_of_copy` = copy time / op time in
+    the rounds with the NumPy baselines; `*_frac_of_copy_xla_only` the same in
+    `xla_repeats` rounds of copy, quantize and dequantize alone (no NumPy memory
+    churn in between: the copy, all output, gains the most there).
 Ratios: `xla_over_numpy` = NumPy time / XLA time (a speed-up).
 """
 
@@ -155,38 +158,52 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
     same = (np.array_equal(np.asarray(q.codes), qn["codes"])
             and np.array_equal(np.asarray(q.scales), qn["scales"]))
     deq_same = np.array_equal(np.asarray(dfn(q)), numpy_dequantize(qn, name, (rows, cols)))
+    xla = {"copy": lambda: copy(x), "xla_quantize": lambda qfn=qfn: qfn(x),
+           "xla_dequantize": lambda dfn=dfn, q=q: dfn(q)}
     t = time_interleaved({
-        "copy": lambda: copy(x),
-        "xla_quantize": lambda qfn=qfn: qfn(x),
+        **xla,
         "numpy_quantize": lambda name=name: numpy_quantize(xn, name),
-        "xla_dequantize": lambda dfn=dfn, q=q: dfn(q),
         "numpy_dequantize": lambda qn=qn, name=name: numpy_dequantize(qn, name, (rows, cols)),
     }, repeats=config.repeats)
+    # The same XLA ops in rounds of their own: between the NumPy calls (which allocate
+    # and free hundreds of MB) a fresh 16 MiB output costs page faults, and the copy,
+    # all output, slows down the most; without them it runs at full speed.
+    t_xla = time_interleaved(xla, repeats=config.xla_repeats)
     med = {k: v["median_s"] for k, v in t.items()}
+    med_x = {k: v["median_s"] for k, v in t_xla.items()}
     r = {
-        "timings": t, "same_bytes_as_numpy": bool(same), "same_dequant_as_numpy": bool(deq_same),
+        "timings": t, "xla_only_timings": t_xla, "same_bytes_as_numpy": bool(same),
+        "same_dequant_as_numpy": bool(deq_same),
         "quantize_gbps_xla": nbytes / med["xla_quantize"] / 1e9,
         "quantize_gbps_numpy": nbytes / med["numpy_quantize"] / 1e9,
         "dequantize_gbps_xla": nbytes / med["xla_dequantize"] / 1e9,
         "dequantize_gbps_numpy": nbytes / med["numpy_dequantize"] / 1e9,
         "copy_gbps": nbytes / med["copy"] / 1e9,
+        "copy_gbps_xla_only": nbytes / med_x["copy"] / 1e9,
         "quantize_xla_over_numpy": med["numpy_quantize"] / med["xla_quantize"],
         "dequantize_xla_over_numpy": med["numpy_dequantize"] / med["xla_dequantize"],
         "quantize_frac_of_copy": med["copy"] / med["xla_quantize"],
         "dequantize_frac_of_copy": med["copy"] / med["xla_dequantize"],
+        "quantize_frac_of_copy_xla_only": med_x["copy"] / med_x["xla_quantize"],
+        "dequantize_frac_of_copy_xla_only": med_x["copy"] / med_x["xla_dequantize"],
     }
     out["formats"][name] = r
     for key in ("quantize_xla_over_numpy", "dequantize_xla_over_numpy", "quantize_frac_of_copy",
-                "dequantize_frac_of_copy"):
+                "dequantize_frac_of_copy", "quantize_frac_of_copy_xla_only",
+                "dequantize_frac_of_copy_xla_only"):
       out["ratios"][f"{name}_{key}"] = r[key]
   if "nvfp4" in out["formats"]:
     nv = out["formats"]["nvfp4"]
     out["targets"] = {"nvfp4_quantize_xla_over_numpy_ge_3": nv["quantize_xla_over_numpy"] >= 3}
-  # Issue 18's goals: quantize >= 40% and dequantize >= 70% of copy bandwidth.
+  # Issue 18's goals: quantize >= 40% and dequantize >= 70% of copy bandwidth, judged
+  # in both kinds of rounds.
   for name in ("nvfp4", "mixfp4"):
     if name in out["formats"]:
       r = out["formats"][name]
-      out.setdefault("targets", {}).update({
-          f"{name}_quantize_frac_of_copy_ge_0.4": r["quantize_frac_of_copy"] >= 0.4,
-          f"{name}_dequantize_frac_of_copy_ge_0.7": r["dequantize_frac_of_copy"] >= 0.7})
+      for suffix in ("", "_xla_only"):
+        out.setdefault("targets", {}).update({
+            f"{name}_quantize_frac_of_copy{suffix}_ge_0.4":
+                r[f"quantize_frac_of_copy{suffix}"] >= 0.4,
+            f"{name}_dequantize_frac_of_copy{suffix}_ge_0.7":
+                r[f"dequantize_frac_of_copy{suffix}"] >= 0.7})
   return out

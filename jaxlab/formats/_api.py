@@ -16,13 +16,11 @@ from jaxtyping import Shaped
 from jaxlab.formats import _fp8, _int, _mixfp4, _mxfp4, _nvfp4
 from jaxlab.formats._format import Format, QArray, get_format
 from jaxlab.formats._layout import Layout, from_blocks, layout, to_blocks
-from jaxlab.formats._packing import pack_nibbles
-from jaxlab.formats._scales import F32_MAX, block_amax, pairwise
-
-# Blocks up to this size take their amax column by column (see `_by_blocks`).
-_MAX_COLUMN_BLOCK = 32
+from jaxlab.formats._scales import F32_MAX, MAX_COLUMN_BLOCK, block_amax, finite_abs, pairwise
 
 # Element family -> codec module (encode / decode, and `fake` where a shortcut exists).
+# `encode(xb, amax_b, fmt, key, all_finite)` returns the codes as stored ([..., nb, bs]
+# bytes; 4-bit codes two per byte, [..., nb, bs // 2]), the scales and the tensor scale.
 _CODECS = {"fp8_e4m3": _fp8, "int4": _int, "int8": _int, "nvfp4": _nvfp4, "mxfp4": _mxfp4,
            "mixfp4": _mixfp4}
 
@@ -45,28 +43,37 @@ def _prepare(x: Any, fmt: "str | Format", axis: int, options: dict[str, Any]
   return x, f
 
 
+def _block_amaxes(xb: Array, finite_only: bool) -> Array:
+  """The blocks' amax [..., nb]: max(max x, -min x), or over finite |x| (`finite_only`).
+
+  Small blocks take max/min over the block's columns, elementwise ops on [..., nb]:
+  one loop XLA:CPU vectorises across blocks and splits over threads, with no
+  temporary (its reduction over a short minor axis runs ~1.5x slower on 2 threads
+  and writes |x| to memory first). Same values as the reductions.
+  """
+  if xb.shape[-1] > MAX_COLUMN_BLOCK:
+    if finite_only:
+      return block_amax(xb)
+    return jnp.maximum(jnp.max(xb, axis=-1), -jnp.min(xb, axis=-1))
+  cols = [xb[..., j] for j in range(xb.shape[-1])]
+  if finite_only:
+    return pairwise([finite_abs(c) for c in cols], jnp.maximum)
+  return jnp.maximum(pairwise(cols, jnp.maximum), -pairwise(cols, jnp.minimum))
+
+
 def _by_blocks(fn, xb: Array):
   """fn(xb, amax_b, all_finite=...) with the blocks' finite amax, |x| never materialised.
 
   For a finite tensor max(max x, -min x) = max |x|, two reductions that read x
   directly, and the codec may take its faster finite-input path
   (`all_finite=True`); otherwise (NaN fails the check, Inf exceeds it) the masked
-  reduction and the general path run instead. The `lax.cond` also bounds XLA's
-  fusion: without it XLA fuses the element codes into the nibble packing, a loop
-  it does not vectorise (about 25x slower on CPU).
+  maxima and the general path run instead.
   """
   if xb.size == 0:
     return fn(xb, block_amax(xb), all_finite=False)
-  if xb.shape[-1] <= _MAX_COLUMN_BLOCK:
-    # Small blocks: max/min over the block's columns as elementwise ops on [..., nb],
-    # one loop XLA:CPU vectorises across blocks and splits over threads (its
-    # reduction over a short minor axis runs ~1.5x slower on 2 threads). Same values.
-    cols = [xb[..., j] for j in range(xb.shape[-1])]
-    raw = jnp.maximum(pairwise(cols, jnp.maximum), -pairwise(cols, jnp.minimum))
-  else:
-    raw = jnp.maximum(jnp.max(xb, axis=-1), -jnp.min(xb, axis=-1))
+  raw = _block_amaxes(xb, finite_only=False)
   return jax.lax.cond(jnp.max(raw) <= F32_MAX, lambda: fn(xb, raw, all_finite=True),
-                      lambda: fn(xb, block_amax(xb), all_finite=False))
+                      lambda: fn(xb, _block_amaxes(xb, finite_only=True), all_finite=False))
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "axis"))
@@ -75,9 +82,7 @@ def _quantize(x: Array, key: Array | None, *, fmt: Format, axis: int) -> QArray:
   xb = to_blocks(x, lay)
   encode = functools.partial(_CODECS[fmt.name].encode, fmt=fmt, key=key)
   codes, scales, tensor_scale = _by_blocks(encode, xb)
-  codes = codes.reshape(*codes.shape[:-2], lay.padded)
-  if fmt.element_bits == 4:
-    codes = pack_nibbles(codes)
+  codes = codes.reshape(*codes.shape[:-2], lay.padded * fmt.element_bits // 8)
   return QArray(codes, scales, tensor_scale, fmt, tuple(x.shape), lay.axis)
 
 

@@ -124,6 +124,37 @@ def _round_small_grid(a: Array, neg: Array, grid: FloatGrid) -> tuple[Array, Arr
   return code.astype(jnp.uint8), jnp.where(neg, -mag, mag)
 
 
+def _round_on_bits(y: Array, grid: FloatGrid) -> tuple[Array, Array]:
+  """`round_float(y, grid)` with round half to even, on the float32 bits: (codes, values).
+
+  In the grid's normal range, adding half a kept unit less one plus the lowest kept
+  mantissa bit (a carry may move up a binade, as it should) and masking rounds the
+  float32 mantissa to `grid.mbits` bits, half to even; below it the step is the fixed
+  2**(emin - mbits) and `_round_count` rounds the scaled magnitude (scaling by a power
+  of two is exact). Then the result saturates at `grid.max_value`, and the code is the
+  rounded float32's exponent and mantissa fields re-biased. About a third of the
+  operations of the exponent/mantissa arithmetic and no divisions; the same bits.
+  """
+  bits = jax.lax.bitcast_convert_type(y, jnp.int32)
+  mag = bits & 0x7FFFFFFF
+  nan = mag > 0x7F800000
+  mag = jnp.where(nan, 0, mag)
+  sign = jnp.where(nan, 0, bits & jnp.int32(-(2 ** 31)))
+  drop = 23 - grid.mbits
+  normal = (mag + ((1 << (drop - 1)) - 1) + ((mag >> drop) & 1)) & jnp.int32(-(1 << drop))
+  normal = jnp.minimum(normal, int(np.float32(grid.max_value).view(np.int32)))
+  sub_step = float(2.0 ** (grid.emin - grid.mbits))
+  a = jax.lax.bitcast_convert_type(mag, jnp.float32)
+  n_sub = _round_count(a * (1.0 / sub_step), None)  # floor-based: Triton lowers no `round`
+  is_sub = a < float(2.0 ** grid.emin)
+  mag_out = jnp.where(is_sub, jax.lax.bitcast_convert_type(n_sub * sub_step, jnp.int32), normal)
+  # A subnormal count of 2**mbits is the first normal code, as in the grid's code order.
+  code = jnp.where(is_sub, n_sub.astype(jnp.int32),
+                   (normal >> drop) - ((127 - grid.bias) << grid.mbits))
+  code = code | ((sign >> 31) & (1 << (grid.ebits + grid.mbits)))
+  return code.astype(jnp.uint8), jax.lax.bitcast_convert_type(mag_out | sign, jnp.float32)
+
+
 def round_float(y: Float[Array | np.ndarray, "*s"], grid: FloatGrid, *, key: Array | None = None
                 ) -> tuple[UInt8[Array, "*s"], Float[Array, "*s"]]:
   """Rounds `y` onto `grid` (saturating) and returns `(codes, values)`.
@@ -150,8 +181,10 @@ def round_float(y: Float[Array | np.ndarray, "*s"], grid: FloatGrid, *, key: Arr
   nan = jnp.isnan(y)
   neg = jnp.signbit(y) & ~nan
   a = jnp.minimum(jnp.where(nan, 0.0, jnp.abs(y)), grid.max_value)
-  if key is None and len(grid.magnitudes()) <= _MAX_THRESHOLD_GRID:
-    return _round_small_grid(a, neg, grid)
+  if key is None:
+    if len(grid.magnitudes()) <= _MAX_THRESHOLD_GRID:
+      return _round_small_grid(a, neg, grid)
+    return _round_on_bits(y, grid)
   e = jnp.maximum(floor_log2(a), grid.emin)
   step = exp2i(e - grid.mbits)
   n = _round_count(a / step, key)

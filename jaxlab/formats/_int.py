@@ -3,7 +3,7 @@
 scale_dtype "f32": scale = amax_b * fl32(1/qmax) in float32 (floored at
 2**-126, see `_scales`); "e4m3": the NVFP4 two-level scheme with qmax in place
 of 6 (a jaxlab interpretation for INT). Codes are two's complement: int4 as
-nibbles (packed by the caller), int8 as bytes.
+nibbles (two per byte), int8 as bytes.
 """
 
 import jax
@@ -13,6 +13,7 @@ from jax import Array
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
 from jaxlab.formats._grids import E4M3
+from jaxlab.formats._packing import pack_nibbles
 from jaxlab.formats._scales import (
     e4m3_scale,
     f32_scale,
@@ -26,7 +27,9 @@ from jaxlab.formats._scales import (
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
            all_finite: bool = False):
-  """Blocks -> (codes [..., nb, bs] uint8, scales [..., nb], tensor scale).
+  """Blocks -> (codes uint8, scales [..., nb], tensor scale).
+
+  Codes: int8 bytes [..., nb, bs]; int4 nibbles packed two per byte [..., nb, bs // 2].
 
   `all_finite=True` promises that every element of `xb` is finite (a faster path).
   """
@@ -45,7 +48,7 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
   else:
     q = _grids.round_int(y, int(qmax), key=key).astype(jnp.int32)
   if fmt.name == "int4":
-    codes = (q & 0xF).astype(jnp.uint8)
+    codes = pack_nibbles((q & 0xF).astype(jnp.uint8))
   else:
     codes = jax.lax.bitcast_convert_type(q.astype(jnp.int8), jnp.uint8)
   return codes, scales, jnp.asarray(tensor_scale, jnp.float32)

@@ -13,23 +13,40 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
 from jaxlab.formats._nvfp4 import decode, nvfp4_blocks, tensor_scales
-from jaxlab.formats._scales import block_amax, e4m3_scale, finite, pairwise, recip, safe_div
+from jaxlab.formats._packing import pack_nibbles, pack_pairs
+from jaxlab.formats._scales import (
+    MAX_COLUMN_BLOCK,
+    block_amax,
+    e4m3_byte_inverse,
+    e4m3_byte_value,
+    e4m3_scale,
+    finite,
+    finite_abs,
+    pairwise,
+    recip,
+    safe_div,
+)
 
 __all__ = ["decode", "encode", "fake", "mixfp4_blocks"]
 
 
 def tree_sum(v: Array) -> Array:
-  """Sum over the last axis as a pairwise tree of slice additions.
+  """Sum over the last axis as a pairwise tree of elementwise additions.
 
-  Elementwise adds of static slices, so XLA fuses the whole block error into
-  one loop instead of materialising both candidates for a separate reduction
-  (MixFP4 quantize ~10x faster on CPU); the order is fixed by this code.
+  Elementwise adds, so XLA fuses the whole block error into one loop instead of
+  materialising both candidates for a separate reduction (MixFP4 quantize ~10x
+  faster on CPU); the order is fixed by this code. Blocks up to `MAX_COLUMN_BLOCK`
+  add their columns (`pairwise`: no [..., nb, bs] temporary at all), larger ones
+  halves of the axis, in the same order.
   """
+  if v.shape[-1] <= MAX_COLUMN_BLOCK:
+    return pairwise([v[..., j] for j in range(v.shape[-1])], jnp.add)
   while v.shape[-1] > 1:
     n, h = v.shape[-1], v.shape[-1] // 2
     s = v[..., :h] + v[..., h:2 * h]
@@ -116,21 +133,17 @@ def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
   return jnp.where(use_i, codes_i, codes_f), sb, jnp.where(use_i, xh_i, xh_f), s_dec
 
 
-# Blocks up to this size are summed column by column in `_finite_errors`; larger ones
-# (a user's block_size option) keep [..., nb, bs] tensors and `tree_sum`.
-_MAX_COLUMN_BLOCK = 32
+def _rne_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Array, p: float,
+                all_finite: bool = True) -> tuple[Array, Array]:
+  """Both candidates' block errors (err_i, err_f) [..., nb] with round-to-nearest.
 
-
-def _finite_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Array, p: float
-                   ) -> tuple[Array, Array]:
-  """Both candidates' block errors (err_i, err_f) [..., nb] for finite blocks, round-to-nearest.
-
-  The same float32 operations in the same `tree_sum` order as `_select_e1m2` (whose
-  non-finite masks are no-ops here), written per block column `xb[..., j]`: every
-  operation is elementwise on [..., nb] arrays and each column feeds one leaf of the
-  sum, so XLA:CPU fuses candidates, errors and both sums into one loop across blocks
-  and writes neither candidate nor error to memory (over a [..., nb, bs] error tensor
-  it materialises both errors before summing: several times slower).
+  The same float32 operations in the same `tree_sum` order as `_select_e1m2`,
+  written per block column `xb[..., j]`: every operation is elementwise on [..., nb]
+  arrays and each column feeds one leaf of the sum, so XLA:CPU fuses candidates,
+  errors and both sums into one loop across blocks and writes neither candidate nor
+  error to memory (over a [..., nb, bs] error tensor it materialises both errors
+  before summing: several times slower). Non-finite elements count as 0, as in
+  `_select_e1m2` (`all_finite=True` promises there are none).
   """
   def err(x, xh):
     d = x - xh
@@ -144,64 +157,115 @@ def _finite_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Arr
   def candidates(x, svf, svi, denf, deni):
     # Both candidates keep x's sign, so x - x_hat = sign(x) * (|x| - |x_hat|) exactly
     # (and the squares agree): the errors are computed on |x|, with no signs to carry.
-    a = jnp.abs(x)
+    a = jnp.abs(x) if all_finite else finite_abs(x)
     xs = a * s_enc
     _, vals_f = _grids.round_e2m1_finite(xs / denf, nonneg=True)
     k = _grids.round_int_finite(xs / deni, 7, nonneg=True)
     return err(a, (k * svi) * s_dec), err(a, (vals_f * svf) * s_dec)
 
   bs = xb.shape[-1]
-  if bs > _MAX_COLUMN_BLOCK:
+  if bs > MAX_COLUMN_BLOCK:
     e_i, e_f = candidates(xb, *(v[..., None] for v in (sv_f, sv_i, den_f, den_i)))
     return tree_sum(e_i), tree_sum(e_f)
   cols = [candidates(xb[..., j], sv_f, sv_i, den_f, den_i) for j in range(bs)]
   return pairwise([c[0] for c in cols], jnp.add), pairwise([c[1] for c in cols], jnp.add)
 
 
-def _finite_staged(xb: Array, amax_b: Array, fmt: Format):
-  """`_staged` for finite blocks and round-to-nearest: the same bits, fewer operations.
+def _rne_scale_bytes(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
+                     ) -> tuple[Array, Array, Array]:
+  """Pass 1 of the round-to-nearest path: (flagged scale bytes, S_enc, S_dec).
 
-  Pass 1 (`_finite_errors`) keeps one flagged scale byte per block; pass 2 rounds
-  each element once, to the chosen candidate's grid and scale.
+  Non-finite elements do not count in the block errors (as in `_select_e1m2`): they
+  are read as 0.
   """
   s_enc, s_dec = tensor_scales(amax_b)
-  sb_f, sv_f = e4m3_scale((amax_b * recip(6.0)) * s_enc)
-  sb_i, sv_i = e4m3_scale((amax_b * recip(7.0)) * s_enc)
 
   def scale_bytes():
-    err_i, err_f = _finite_errors(xb, s_enc, s_dec, sv_f, sv_i, fmt.select_p)
+    # The block scales are computed here, inside pass 1's loop (outside the `cond`
+    # XLA would compute each in a small loop of its own and pass the arrays in).
+    sb_f, sv_f = e4m3_scale((amax_b * recip(6.0)) * s_enc)
+    sb_i, sv_i = e4m3_scale((amax_b * recip(7.0)) * s_enc)
+    err_i, err_f = _rne_errors(xb, s_enc, s_dec, sv_f, sv_i, fmt.select_p, all_finite)
     use_i = (err_i < err_f) & (sb_i > 0)
     return jnp.where(use_i, sb_i | jnp.uint8(0x80), sb_f)
 
   # As in `_staged`, the always-true `lax.cond` keeps pass 1 out of pass 2's loop.
   sb = jax.lax.cond(s_enc > 0, scale_bytes, lambda: jnp.zeros(amax_b.shape, jnp.uint8))
-  use_i = (sb >> 7) == 1
-  sv = jnp.where(use_i, sv_i, sv_f)[..., None]
-  y = safe_div(xb * s_enc, sv)
-  codes_f, vals_f = _grids.round_e2m1_finite(y)
-  k = _grids.round_int_finite(y, 7)
-  codes_i = (jnp.signbit(k).astype(jnp.uint8) << 3) | jnp.abs(k).astype(jnp.uint8)
-  u = use_i[..., None]
-  xh = (jnp.where(u, k, vals_f) * sv) * s_dec
-  return jnp.where(u, codes_i, codes_f), sb, xh, s_dec
+  return sb, s_enc, s_dec
 
 
-def _quantized(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool):
-  if all_finite and key is None:
-    return _finite_staged(xb, amax_b, fmt)
-  return _staged(xb, amax_b, fmt, key)
+def _round_chosen(y: Array, e1m2: Array) -> tuple[Array, Array]:
+  """Non-NaN y rounded to E2M1, or where `e1m2` to the integers -7..7: (int32 codes, values).
+
+  One datapath for both grids, so each element is rounded once: `round_e2m1_finite`
+  picks its step (0.5, 1, 2) from y's binade and E1M2's k/4 (stored as the integer k)
+  always has step 1, i.e. its binade thresholds are infinite; the caps are 6 and 7
+  (±Inf saturates). Codes are sign-magnitude nibbles. The same bits as
+  `round_e2m1_finite(y)` and `round_int_finite(y, 7)` with `_candidates`' E1M2 codes.
+  """
+  bits = jax.lax.bitcast_convert_type(y, jnp.int32)
+  cap = jnp.where(e1m2, int(np.float32(7.0).view(np.int32)), int(np.float32(6.0).view(np.int32)))
+  a = jax.lax.bitcast_convert_type(jnp.minimum(bits & 0x7FFFFFFF, cap), jnp.float32)
+  two = jnp.where(e1m2, np.inf, 2.0)
+  ge2, ge4 = a >= two, a >= 2.0 * two
+  n = jnp.round(a * jnp.where(ge4, 0.5, jnp.where(ge2 | e1m2, 1.0, 2.0)))  # RNE
+  mag = n * jnp.where(ge4, 2.0, jnp.where(ge2 | e1m2, 1.0, 0.5))
+  sign = bits & jnp.int32(-(2 ** 31))
+  vals = jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(mag, jnp.int32) | sign,
+                                      jnp.float32)
+  codes = (n.astype(jnp.int32) + jnp.where(ge4, 4, jnp.where(ge2, 2, 0))) | ((bits >> 28) & 8)
+  return codes, vals
+
+
+def _block_inverse_scales(sb: Array) -> tuple[Array, Array]:
+  """Scale bytes [..., nb] -> fl32(1 / s_b) (0 for a zero scale) and E1M2 flags, [..., nb, 1]."""
+  return e4m3_byte_inverse(sb)[..., None], ((sb >> 7) == 1)[..., None]
+
+
+def _pass2_input(xb: Array, all_finite: bool) -> Array:
+  """Pass 2 rounds NaN to +0 and saturates ±Inf (`round_float`'s rule): it reads NaN as
+  0 and keeps ±Inf, which `_round_chosen` clamps."""
+  return xb if all_finite else jnp.where(jnp.isnan(xb), 0.0, xb)
+
+
+def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
+                ) -> tuple[Array, Array, Array]:
+  """`encode` with round-to-nearest: pass 1, then pass 2 from x straight to bytes."""
+  sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite)
+  inv, e1m2 = _block_inverse_scales(sb)
+
+  def codes(x):
+    # y = safe_div(x * S_enc, s_b); a zero scale gives code 0 (+0).
+    return jnp.where(inv > 0, _round_chosen((x * s_enc) * inv, e1m2)[0], 0)
+
+  return pack_pairs(codes, _pass2_input(xb, all_finite)), sb, s_dec
+
+
+def _rne_fake(xb: Array, amax_b: Array, fmt: Format, all_finite: bool) -> Array:
+  """`fake` with round-to-nearest (x_hat as `_staged` forms it)."""
+  sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite)
+  inv, e1m2 = _block_inverse_scales(sb)
+  y = (_pass2_input(xb, all_finite) * s_enc) * inv
+  vals = _round_chosen(jnp.where(inv > 0, y, 0.0), e1m2)[1]
+  return (vals * e4m3_byte_value(sb)[..., None]) * s_dec
 
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False):
-  """Blocks -> (element codes [..., nb, bs] uint8, flagged scale bytes, S_dec).
+  """Blocks -> (packed codes [..., nb, bs // 2] uint8, flagged scale bytes, S_dec).
 
-  `all_finite=True` promises that every element of `xb` is finite (a faster path).
+  Round-to-nearest runs `_rne_encode` (`all_finite=True` promises finite `xb` and
+  skips its masks), stochastic rounding `_staged`. Both give `mixfp4_blocks`' bits
+  (up to float32 near-ties of a block's two errors).
   """
-  codes, sb, _, s_dec = _quantized(xb, amax_b, fmt, key, all_finite)
-  return codes, sb, s_dec
+  if key is None:
+    return _rne_encode(xb, amax_b, fmt, all_finite)
+  codes, sb, _, s_dec = _staged(xb, amax_b, fmt, key)
+  return pack_nibbles(codes), sb, s_dec
 
 
 def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False
          ) -> Array:
   """x_hat in blocks (the products `decode` forms, without codes or packing)."""
-  return _quantized(xb, amax_b, fmt, key, all_finite)[2]
+  if key is None:
+    return _rne_fake(xb, amax_b, fmt, all_finite)
+  return _staged(xb, amax_b, fmt, key)[2]

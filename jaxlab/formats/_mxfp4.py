@@ -11,6 +11,7 @@ from jax import Array
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
 from jaxlab.formats._grids import E2M1
+from jaxlab.formats._packing import pack_nibbles
 
 # 6 * 2**125 is the largest block maximum whose decoded values stay finite in
 # float32 (6 * 2**126 overflows), so exponents are capped there: "rceil" then
@@ -32,7 +33,7 @@ def mx_scale_exponent(amax_b: Array, rule: str) -> Array:
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
            all_finite: bool = False):
-  """Blocks -> (E2M1 codes [..., nb, bs] uint8, E8M0 bytes [..., nb], 1).
+  """Blocks -> (packed E2M1 codes [..., nb, bs // 2] uint8, E8M0 bytes [..., nb], 1).
 
   `all_finite=True` promises that every element of `xb` is finite (a faster path).
   """
@@ -42,7 +43,8 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
     codes, _ = _grids.round_e2m1_finite(y)
   else:
     codes, _ = _grids.round_float(y, E2M1, key=key)
-  return codes, (e + _grids.E8M0_BIAS).astype(jnp.uint8), jnp.ones((), jnp.float32)
+  return (pack_nibbles(codes), (e + _grids.E8M0_BIAS).astype(jnp.uint8),
+          jnp.ones((), jnp.float32))
 
 
 def decode(codes: Array, scales: Array, tensor_scale: Array, fmt: Format) -> Array:

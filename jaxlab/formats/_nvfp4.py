@@ -5,14 +5,19 @@ block scale byte = E4M3(amax_b/6 * S_enc), element = E2M1(x * S_enc / s_b),
 value = element * s_b * S_dec with S_dec = 1/S_enc.
 """
 
+from typing import NamedTuple
+
 import jax.numpy as jnp
 from jax import Array
 
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
 from jaxlab.formats._grids import E2M1, E4M3
+from jaxlab.formats._packing import pack_nibbles, pack_pairs
 from jaxlab.formats._scales import (
     block_amax,
+    e4m3_byte_inverse,
+    e4m3_byte_value,
     e4m3_scale,
     recip,
     safe_div,
@@ -42,42 +47,57 @@ def tensor_scales(amax_b: Array) -> tuple[Array, Array]:
   return s_enc, 1.0 / s_enc
 
 
-def _finite_blocks(xb: Array, amax_b: Array, s_enc: Array, s_dec: Array
-                   ) -> tuple[Array, Array, Array]:
-  """`nvfp4_blocks` for finite blocks and round-to-nearest: the same bits, fewer operations.
+class _Rne(NamedTuple):
+  """Round-to-nearest operands: x (NaN read as 0), S_enc, the scale bytes, s_b and
+  fl32(1 / s_b) (0 for a zero scale) as [..., nb, 1], and S_dec."""
+  x: Array
+  s_enc: Array
+  sb: Array
+  sv: Array
+  inv: Array
+  s_dec: Array
 
-  The XLA quantize path takes it when every element is finite (`_api._by_blocks`
-  checks); the elements round with `round_e2m1_finite` instead of the kernel-friendly
-  midpoint compares.
-  """
-  sb, sv = e4m3_scale((amax_b * recip(6.0)) * s_enc)
-  y = safe_div(xb * s_enc, sv[..., None])
-  codes, vals = _grids.round_e2m1_finite(y)
-  return codes, sb, (vals * sv[..., None]) * s_dec
+  def y(self, x: Array) -> Array:
+    """x * S_enc / s_b as `safe_div` computes it (XLA turns its division by the
+    broadcast scale into a product with the reciprocal)."""
+    return jnp.where(self.inv > 0, (x * self.s_enc) * self.inv, 0.0)
 
 
-def _blocks(xb: Array, amax_b: Array, key: Array | None, all_finite: bool):
+def _rne(xb: Array, amax_b: Array, all_finite: bool) -> _Rne:
+  """NaN elements read as 0 and ±Inf stays, which `round_e2m1_finite` saturates:
+  `round_float`'s rule, so blocks with non-finite elements need no other path."""
   s_enc, s_dec = tensor_scales(amax_b)
-  if all_finite and key is None:
-    return (*_finite_blocks(xb, amax_b, s_enc, s_dec), s_dec)
-  return (*nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b), s_dec)
+  sb, _ = e4m3_scale((amax_b * recip(6.0)) * s_enc)
+  x = xb if all_finite else jnp.where(jnp.isnan(xb), 0.0, xb)
+  return _Rne(x, s_enc, sb, e4m3_byte_value(sb)[..., None], e4m3_byte_inverse(sb)[..., None],
+              s_dec)
 
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False):
-  """Blocks -> (element codes [..., nb, bs] uint8, scale bytes [..., nb], S_dec).
+  """Blocks -> (packed element codes [..., nb, bs // 2] uint8, scale bytes [..., nb], S_dec).
 
-  `all_finite=True` promises that every element of `xb` is finite (a faster path).
+  `all_finite=True` promises that every element of `xb` is finite (skips a mask).
+  Round-to-nearest packs the codes straight from x (`pack_pairs`).
   """
   del fmt
-  codes, sb, _, s_dec = _blocks(xb, amax_b, key, all_finite)
-  return codes, sb, s_dec
+  if key is None:
+    r = _rne(xb, amax_b, all_finite)
+    codes = pack_pairs(lambda v: _grids.round_e2m1_finite(r.y(v))[0].astype(jnp.int32), r.x)
+    return codes, r.sb, r.s_dec
+  s_enc, s_dec = tensor_scales(amax_b)
+  codes, sb, _ = nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)
+  return pack_nibbles(codes), sb, s_dec
 
 
 def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False
          ) -> Array:
   """x_hat in blocks: the same float32 products `decode` forms, without codes."""
   del fmt
-  return _blocks(xb, amax_b, key, all_finite)[2]
+  if key is None:
+    r = _rne(xb, amax_b, all_finite)
+    return (_grids.round_e2m1_finite(r.y(r.x))[1] * r.sv) * r.s_dec
+  s_enc, s_dec = tensor_scales(amax_b)
+  return nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)[2]
 
 
 def decode(codes: Array, scales: Array, tensor_scale: Array, fmt: Format) -> Array:

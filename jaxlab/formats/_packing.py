@@ -4,10 +4,12 @@ Layout (as in ml_dtypes/torchao/TransformerEngine): element 2i goes to the low
 nibble of byte i, element 2i+1 to the high nibble.
 """
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax import Array
-from jaxtyping import UInt8
+from jaxtyping import Float, UInt8
 
 
 def pack_nibbles(codes: UInt8[Array, "*b n"]) -> UInt8[Array, "*b n//2"]:
@@ -43,3 +45,16 @@ def unpack_nibbles(packed: UInt8[Array, "*b m"]) -> UInt8[Array, "*b 2*m"]:
   p = packed.astype(jnp.uint8)
   both = jnp.stack([p & 0xF, p >> 4], axis=-1)
   return both.reshape(*p.shape[:-1], p.shape[-1] * 2)
+
+
+def pack_pairs(code_of: Callable[[Array], Array], xb: Float[Array, "*b n"]
+               ) -> UInt8[Array, "*b n//2"]:
+  """`pack_nibbles(code_of(xb))` without the codes tensor: `code_of` (elementwise, int
+  codes < 16, broadcasting against [..., n // 2]) runs on the even and the odd elements
+  of the last axis as two arrays, and their codes are or-ed into bytes.
+
+  Under XLA this is one vectorised loop from x to bytes; the codes of one array
+  (`pack_nibbles` of a fused producer) make a loop XLA:CPU does not vectorise.
+  """
+  pairs = xb.reshape(*xb.shape[:-1], xb.shape[-1] // 2, 2)
+  return (code_of(pairs[..., 0]) | (code_of(pairs[..., 1]) << 4)).astype(jnp.uint8)

@@ -11,6 +11,7 @@ recipe.
 """
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from jax import Array
 
@@ -53,8 +54,20 @@ def pairwise(items: list, op) -> Array:
   return items[0]
 
 
+# The XLA paths reduce blocks up to this size column by column: elementwise ops on
+# [..., nb] arrays, which XLA:CPU fuses with their producers into one loop across
+# blocks and splits over threads. A reduction over the short minor axis instead writes
+# its input to memory first (a temporary as large as x) and runs ~1.5x slower on 2
+# threads. (Kernel bodies keep reductions: Pallas lowers no such slices.)
+MAX_COLUMN_BLOCK = 32
+
+
 def block_amax(xb: Array) -> Array:
-  """Finite amax of each block [..., nb, bs] -> [..., nb] (0 for empty inputs)."""
+  """Finite amax of each block [..., nb, bs] -> [..., nb] (0 for empty inputs).
+
+  A reduction over the block axis (kernel bodies call it too); the XLA quantize path
+  takes the same maxima column by column (`_api._block_amaxes`).
+  """
   return jnp.max(finite_abs(xb), axis=-1, initial=0.0)
 
 
@@ -69,6 +82,32 @@ def e4m3_scale(v: Array) -> tuple[Array, Array]:
   Returns (uint8 bytes, float32 values).
   """
   return _grids.round_float(v, E4M3)
+
+
+# E4M3 scale byte (its low 7 bits) -> the scale and fl32(1 / scale) (0 for the zero code).
+# The XLA quantize paths read a block's scale from its byte in these tables: one load
+# per block, where XLA would otherwise recompute the E4M3 rounding for every element of
+# the block it is fused into. The inverses equal `1.0 / s` bit for bit, and XLA computes
+# `safe_div`'s division by a broadcast scale as a product with that reciprocal.
+_E4M3_VALUES = np.arange(128, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+with np.errstate(divide="ignore", invalid="ignore"):
+  _E4M3_INVERSES = np.where(_E4M3_VALUES > 0, np.float32(1) / _E4M3_VALUES, 0).astype(np.float32)
+
+
+def _by_scale_byte(table: np.ndarray, sb: Array) -> Array:
+  # Unsigned, in-bounds indices: a plain load, without per-element index checks.
+  code = (sb & jnp.uint8(0x7F)).astype(jnp.uint32)
+  return jnp.asarray(table).at[code].get(mode="promise_in_bounds")
+
+
+def e4m3_byte_value(sb: Array) -> Array:
+  """The E4M3 scale of each scale byte (bit 7, MixFP4's flag, ignored)."""
+  return _by_scale_byte(_E4M3_VALUES, sb)
+
+
+def e4m3_byte_inverse(sb: Array) -> Array:
+  """fl32(1 / scale) of each scale byte, 0 for a zero scale (bit 7 ignored)."""
+  return _by_scale_byte(_E4M3_INVERSES, sb)
 
 
 def tensor_encode_scale(amax_t: Array, qmax: float) -> Array:

@@ -216,6 +216,18 @@ def _scale(clip: Array, m: Array) -> Array:
   return jnp.maximum(jnp.where(clip > 0, clip, 1.0) / m, _MIN_SCALE)
 
 
+def _divide(xs: Array, scale: Array) -> Array:
+  """xs / scale, also for scales above 2**126.
+
+  XLA rewrites a division by a broadcast scale into a product with its reciprocal,
+  and on CPU a reciprocal below 2**-126 (a scale above 2**126: |x| near float32's
+  maximum with M <= 2) is flushed to zero, which would round the whole group to 0.
+  Such groups divide both sides by 4 first (exact: a power of two).
+  """
+  k = jnp.where(scale > 2.0 ** 125, 0.25, 1.0)
+  return (xs * k) / (scale * k)
+
+
 def _keep_non_finite(x: Array, out: Array) -> Array:
   """The non-finite rule: NaN / +-Inf elements of `x` pass through unchanged."""
   return jnp.where(jnp.isfinite(x), out, x)
@@ -311,7 +323,7 @@ def fake_quant(x: Float[Array, "*b k"], *, bits: Any = None, group_size: Any = _
   scale = _scale(clip, m)
   # Non-finite elements enter the rounding as 0: no NaN reaches the clip's gradient.
   xs = jnp.where(jnp.isfinite(xg), xg, 0.0)
-  q = _round_ste(xs / scale, qmin, qmax, m, fmt)
+  q = _round_ste(_divide(xs, scale), qmin, qmax, m, fmt)
   out = (q * scale).reshape(x.shape).astype(x.dtype)
   out = _keep_non_finite(x, out)
   if not static:
@@ -346,7 +358,7 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   clip = jnp.select([group_size == g for g in sizes], [amax[g] for g in sizes], amax[sizes[-1]])
   scale = _scale(clip, m)
   xs = jnp.where(jnp.isfinite(xf), xf, 0.0)
-  out = _keep_non_finite(x, (_round_ste(xs / scale, qmin, qmax, m, "int") * scale).astype(x.dtype))
+  out = _keep_non_finite(x, (_round_ste(_divide(xs, scale), qmin, qmax, m, "int") * scale).astype(x.dtype))
   return jnp.where(jnp.asarray(bits) >= FULL_PRECISION_BITS, x, out)
 
 

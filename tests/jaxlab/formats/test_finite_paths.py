@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jaxlab import formats as F
-from jaxlab.formats import _api, _grids
+from jaxlab.formats import _api, _grids, _mixfp4
 from jaxlab.formats._scales import block_amax
 
 
@@ -43,6 +43,21 @@ def test_finite_roundings_equal_general_roundings():
     got = jax.jit(functools.partial(_grids.round_int_finite, qmax=qmax))(y)
     want = jax.jit(functools.partial(F.round_int, qmax=qmax))(y)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def test_mixfp4_one_datapath_rounding_equals_both_roundings():
+  y = jnp.asarray(np.concatenate([_probe(), np.float32([np.inf, -np.inf])]))
+  for e1m2 in (False, True):
+    codes, vals = jax.jit(_mixfp4._round_chosen)(y, jnp.full(y.shape, e1m2))
+    if e1m2:
+      k = _grids.round_int_finite(y, 7)
+      want_vals = k
+      want_codes = (jnp.signbit(k).astype(jnp.int32) << 3) | jnp.abs(k).astype(jnp.int32)
+    else:
+      want_codes, want_vals = _grids.round_e2m1_finite(y)
+    np.testing.assert_array_equal(np.asarray(codes), np.asarray(want_codes).astype(np.int32))
+    np.testing.assert_array_equal(np.asarray(vals).view(np.uint32),
+                                  np.asarray(want_vals).view(np.uint32))
 
 
 def _blocks(bs: int) -> np.ndarray:
@@ -105,3 +120,40 @@ def test_dequantize_equals_decoding_unpacked_codes(name):
       F.unpack_nibbles(codes).reshape(6, 4, bs), scales, q.tensor_scale, fmt).reshape(6, -1)
   np.testing.assert_array_equal(np.asarray(F.dequantize(q)).view(np.uint32),
                                 np.asarray(want).view(np.uint32))
+
+
+def _special_blocks() -> np.ndarray:
+  """Finite blocks plus NaN, ±Inf, all-zero and zero-scale blocks (codes +0, not -0)."""
+  special = _blocks(16)[:8].copy()
+  special[0, 1, 3], special[1, 2, :4] = np.nan, np.inf
+  special[2, 0, 5], special[3, 4] = -np.inf, 0.0
+  special[4, 5, :] = np.nan
+  special[5, 6, :8], special[5, 7] = -1e-30, -0.0
+  return special
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mixfp4"])
+def test_round_to_nearest_equals_reference_blocks(name):
+  # `encode` / `fake` round to nearest with fused passes that pack codes straight from x;
+  # `nvfp4_blocks` and MixFP4's `_staged` (candidates, then select) are the plain
+  # references. Same bits on finite blocks and on blocks with non-finite elements.
+  fmt = F.get_format(name)
+  codec = _api._CODECS[name]
+  if name == "nvfp4":
+    def reference(v, a):
+      s_enc, s_dec = codec.tensor_scales(a)
+      return codec.nvfp4_blocks(v, s_enc, s_dec, amax_b=a)
+  else:
+    def reference(v, a):
+      return _mixfp4._staged(v, a, fmt, None)[:3]
+  for data, all_finite in ((_blocks(16), True), (_blocks(16), False), (_special_blocks(), False)):
+    v = jnp.asarray(data)
+    amax_b = block_amax(v)
+    codes, sb, _ = jax.jit(lambda v, a, af=all_finite: codec.encode(v, a, fmt, None, af))(
+        v, amax_b)
+    xh = jax.jit(lambda v, a, af=all_finite: codec.fake(v, a, fmt, None, af))(v, amax_b)
+    want_codes, want_sb, want_xh = jax.jit(reference)(v, amax_b)
+    np.testing.assert_array_equal(np.asarray(sb), np.asarray(want_sb))
+    np.testing.assert_array_equal(np.asarray(codes), np.asarray(F.pack_nibbles(want_codes)))
+    np.testing.assert_array_equal(np.asarray(xh).view(np.uint32),
+                                  np.asarray(want_xh).view(np.uint32))

@@ -35,6 +35,18 @@ def test_int8_and_fp4_hand_computed():
   np.testing.assert_allclose(fake_quant(y, bits=4, group_size=4, fmt="fp4"), [6, 2, 1, -4])
 
 
+def test_scales_above_2_pow_126_do_not_flush_the_group_to_zero():
+  # INT2 near float32's maximum: s = 3.3e38 / 2 > 2**126, whose reciprocal (XLA divides
+  # by a broadcast scale that way) is a float32 subnormal, flushed to 0 on CPU.
+  x = jnp.array([[1e-38, -3.3e38, 1.0e38, 0.0]])
+  for m, b in (("paper", 2), ("qmax", 2), ("paper", 3)):
+    got = np.asarray(fake_quant(x, bits=b, group_size=4, absmax_m=m))
+    assert got[0, 1] == np.float32(-3.3e38), (m, b, got)
+    got = np.asarray(jax.jit(lambda v, b=b, m=m: fake_quant_dynamic(
+        v, bits=jnp.int32(b), group_size=jnp.int32(4), group_sizes=(4,), absmax_m=m))(x))
+    assert got[0, 1] == np.float32(-3.3e38), (m, b, got)
+
+
 def test_full_precision_bits_is_identity():
   x = jax.random.normal(jax.random.key(0), (3, 8))
   assert fake_quant(x, bits=16, group_size=4) is x
