@@ -163,3 +163,15 @@ def test_pack_unpack():
   np.testing.assert_array_equal(np.asarray(F.unpack_nibbles(p)), np.asarray(c))
   with pytest.raises(ValueError, match="even"):
     F.pack_nibbles(jnp.zeros((3,), jnp.uint8))
+
+
+def test_scale_byte_tables_equal_the_e4m3_decode_and_its_reciprocal():
+  from jaxlab.formats._scales import e4m3_byte_inverse, e4m3_byte_value
+  b = jnp.arange(256, dtype=jnp.uint8)
+  want = np.asarray(F.decode_float(b & jnp.uint8(0x7F), F.E4M3))  # bit 7 (MixFP4's flag) off
+  got = np.asarray(jax.jit(e4m3_byte_value)(b))
+  np.testing.assert_array_equal(got, want)  # NaN (0x7F) included
+  inv = np.asarray(jax.jit(e4m3_byte_inverse)(b))
+  finite = np.isfinite(want) & (want > 0)
+  np.testing.assert_array_equal(inv[finite], (np.float32(1) / want[finite]).astype(np.float32))
+  assert np.all(inv[want == 0] == 0)
