@@ -178,13 +178,14 @@ def round_float(y: Float[Array | np.ndarray, "*s"], grid: FloatGrid, *, key: Arr
     ([1.0, 2.0, 6.0], [2, 4, 7])
   """
   y = jnp.asarray(y).astype(jnp.float32)
+  small = len(grid.magnitudes()) <= _MAX_THRESHOLD_GRID
+  if key is None and not small:
+    return _round_on_bits(y, grid)
   nan = jnp.isnan(y)
   neg = jnp.signbit(y) & ~nan
   a = jnp.minimum(jnp.where(nan, 0.0, jnp.abs(y)), grid.max_value)
   if key is None:
-    if len(grid.magnitudes()) <= _MAX_THRESHOLD_GRID:
-      return _round_small_grid(a, neg, grid)
-    return _round_on_bits(y, grid)
+    return _round_small_grid(a, neg, grid)
   e = jnp.maximum(floor_log2(a), grid.emin)
   step = exp2i(e - grid.mbits)
   n = _round_count(a / step, key)
@@ -200,8 +201,9 @@ def round_float(y: Float[Array | np.ndarray, "*s"], grid: FloatGrid, *, key: Arr
   return code.astype(jnp.uint8), jnp.where(neg, -mag, mag)
 
 
-def _sign_and_clamped_abs(y: Array, m: float, nonneg: bool) -> tuple[Array | int, Array]:
-  """(sign bit of `y` as int32 0 / 1<<31, min(|y|, m)) for non-NaN float32 `y`.
+def _sign_and_clamped_abs(y: Array, m: float | Array, nonneg: bool
+                          ) -> tuple[Array | int, Array]:
+  """(sign bit of `y` as int32 0 / 1<<31, min(|y|, m)) for non-NaN float32 `y`, `m` >= 0.
 
   On the bits: |y| clamps by an integer compare (non-negative floats order as
   their bit patterns). XLA's float min/max propagate NaN and order -0 below +0,
@@ -211,7 +213,10 @@ def _sign_and_clamped_abs(y: Array, m: float, nonneg: bool) -> tuple[Array | int
   """
   bits = jax.lax.bitcast_convert_type(y.astype(jnp.float32), jnp.int32)
   mag = bits if nonneg else bits & 0x7FFFFFFF
-  cap = int(np.float32(m).view(np.int32))
+  if isinstance(m, (int, float)):
+    cap = int(np.float32(m).view(np.int32))
+  else:
+    cap = jax.lax.bitcast_convert_type(jnp.asarray(m, jnp.float32), jnp.int32)
   mag = jnp.where(mag > cap, cap, mag)
   sign = 0 if nonneg else bits & jnp.int32(-(2 ** 31))
   return sign, jax.lax.bitcast_convert_type(mag, jnp.float32)
@@ -244,6 +249,24 @@ def round_e2m1_finite(y: Array, *, nonneg: bool = False) -> tuple[Array, Array]:
   if not nonneg:
     codes = jnp.where(sign != 0, 8, 0) | codes
   return codes.astype(jnp.uint8), vals
+
+
+def round_e2m1_or_int_finite(y: Array, to_int: Array) -> tuple[Array, Array]:
+  """Non-NaN y rounded to E2M1, or where `to_int` to the integers -7..7: (int32 codes, values).
+
+  MixFP4's pass 2 in one datapath, each element rounded once to its block's grid:
+  E1M2's k/4 is stored as the integer k, i.e. a single binade with step 1 (infinite
+  binade thresholds) and cap 7 instead of E2M1's steps 0.5 / 1 / 2 and cap 6. The same
+  bits as `round_e2m1_finite(y)` where `to_int` is False and as `round_int_finite(y, 7)`
+  with sign-magnitude codes (k's sign in bit 3) where it is True. ±Inf saturates.
+  """
+  sign, a = _sign_and_clamped_abs(y, jnp.where(to_int, 7.0, 6.0), nonneg=False)
+  two = jnp.where(to_int, np.inf, 2.0)
+  ge2, ge4 = a >= two, a >= 2.0 * two
+  n = jnp.round(a * jnp.where(ge4, 0.5, jnp.where(ge2 | to_int, 1.0, 2.0)))  # RNE
+  vals = _with_sign(sign, n * jnp.where(ge4, 2.0, jnp.where(ge2 | to_int, 1.0, 0.5)))
+  codes = n.astype(jnp.int32) + jnp.where(ge4, 4, jnp.where(ge2, 2, 0))
+  return jnp.where(sign != 0, 8, 0) | codes, vals
 
 
 def round_int_finite(y: Array, qmax: int, *, nonneg: bool = False) -> Array:

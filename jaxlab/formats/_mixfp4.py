@@ -13,12 +13,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
-from jaxlab.formats._nvfp4 import decode, nvfp4_blocks, tensor_scales
+from jaxlab.formats._nvfp4 import decode, nvfp4_blocks, rne_input, scaled, tensor_scales
 from jaxlab.formats._packing import pack_nibbles, pack_pairs
 from jaxlab.formats._scales import (
     MAX_COLUMN_BLOCK,
@@ -194,59 +193,29 @@ def _rne_scale_bytes(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
   return sb, s_enc, s_dec
 
 
-def _round_chosen(y: Array, e1m2: Array) -> tuple[Array, Array]:
-  """Non-NaN y rounded to E2M1, or where `e1m2` to the integers -7..7: (int32 codes, values).
-
-  One datapath for both grids, so each element is rounded once: `round_e2m1_finite`
-  picks its step (0.5, 1, 2) from y's binade and E1M2's k/4 (stored as the integer k)
-  always has step 1, i.e. its binade thresholds are infinite; the caps are 6 and 7
-  (±Inf saturates). Codes are sign-magnitude nibbles. The same bits as
-  `round_e2m1_finite(y)` and `round_int_finite(y, 7)` with `_candidates`' E1M2 codes.
-  """
-  bits = jax.lax.bitcast_convert_type(y, jnp.int32)
-  cap = jnp.where(e1m2, int(np.float32(7.0).view(np.int32)), int(np.float32(6.0).view(np.int32)))
-  a = jax.lax.bitcast_convert_type(jnp.minimum(bits & 0x7FFFFFFF, cap), jnp.float32)
-  two = jnp.where(e1m2, np.inf, 2.0)
-  ge2, ge4 = a >= two, a >= 2.0 * two
-  n = jnp.round(a * jnp.where(ge4, 0.5, jnp.where(ge2 | e1m2, 1.0, 2.0)))  # RNE
-  mag = n * jnp.where(ge4, 2.0, jnp.where(ge2 | e1m2, 1.0, 0.5))
-  sign = bits & jnp.int32(-(2 ** 31))
-  vals = jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(mag, jnp.int32) | sign,
-                                      jnp.float32)
-  codes = (n.astype(jnp.int32) + jnp.where(ge4, 4, jnp.where(ge2, 2, 0))) | ((bits >> 28) & 8)
-  return codes, vals
-
-
-def _block_inverse_scales(sb: Array) -> tuple[Array, Array]:
+def _inverses_and_flags(sb: Array) -> tuple[Array, Array]:
   """Scale bytes [..., nb] -> fl32(1 / s_b) (0 for a zero scale) and E1M2 flags, [..., nb, 1]."""
   return e4m3_byte_inverse(sb)[..., None], ((sb >> 7) == 1)[..., None]
-
-
-def _pass2_input(xb: Array, all_finite: bool) -> Array:
-  """Pass 2 rounds NaN to +0 and saturates ±Inf (`round_float`'s rule): it reads NaN as
-  0 and keeps ±Inf, which `_round_chosen` clamps."""
-  return xb if all_finite else jnp.where(jnp.isnan(xb), 0.0, xb)
 
 
 def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
                 ) -> tuple[Array, Array, Array]:
   """`encode` with round-to-nearest: pass 1, then pass 2 from x straight to bytes."""
   sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite)
-  inv, e1m2 = _block_inverse_scales(sb)
+  inv, e1m2 = _inverses_and_flags(sb)
 
-  def codes(x):
-    # y = safe_div(x * S_enc, s_b); a zero scale gives code 0 (+0).
-    return jnp.where(inv > 0, _round_chosen((x * s_enc) * inv, e1m2)[0], 0)
+  def code(v):
+    return _grids.round_e2m1_or_int_finite(scaled(v, s_enc, inv), e1m2)[0]
 
-  return pack_pairs(codes, _pass2_input(xb, all_finite)), sb, s_dec
+  return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
 
 
 def _rne_fake(xb: Array, amax_b: Array, fmt: Format, all_finite: bool) -> Array:
   """`fake` with round-to-nearest (x_hat as `_staged` forms it)."""
   sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite)
-  inv, e1m2 = _block_inverse_scales(sb)
-  y = (_pass2_input(xb, all_finite) * s_enc) * inv
-  vals = _round_chosen(jnp.where(inv > 0, y, 0.0), e1m2)[1]
+  inv, e1m2 = _inverses_and_flags(sb)
+  y = scaled(rne_input(xb, all_finite), s_enc, inv)
+  vals = _grids.round_e2m1_or_int_finite(y, e1m2)[1]
   return (vals * e4m3_byte_value(sb)[..., None]) * s_dec
 
 

@@ -5,8 +5,6 @@ block scale byte = E4M3(amax_b/6 * S_enc), element = E2M1(x * S_enc / s_b),
 value = element * s_b * S_dec with S_dec = 1/S_enc.
 """
 
-from typing import NamedTuple
-
 import jax.numpy as jnp
 from jax import Array
 
@@ -47,30 +45,25 @@ def tensor_scales(amax_b: Array) -> tuple[Array, Array]:
   return s_enc, 1.0 / s_enc
 
 
-class _Rne(NamedTuple):
-  """Round-to-nearest operands: x (NaN read as 0), S_enc, the scale bytes, s_b and
-  fl32(1 / s_b) (0 for a zero scale) as [..., nb, 1], and S_dec."""
-  x: Array
-  s_enc: Array
-  sb: Array
-  sv: Array
-  inv: Array
-  s_dec: Array
-
-  def y(self, x: Array) -> Array:
-    """x * S_enc / s_b as `safe_div` computes it (XLA turns its division by the
-    broadcast scale into a product with the reciprocal)."""
-    return jnp.where(self.inv > 0, (x * self.s_enc) * self.inv, 0.0)
+def rne_input(xb: Array, all_finite: bool) -> Array:
+  """x as the round-to-nearest paths read it: NaN as 0, ±Inf kept (the finite roundings
+  saturate it). That is `round_float`'s rule, so blocks with non-finite elements need no
+  other path; `all_finite=True` promises there are none."""
+  return xb if all_finite else jnp.where(jnp.isnan(xb), 0.0, xb)
 
 
-def _rne(xb: Array, amax_b: Array, all_finite: bool) -> _Rne:
-  """NaN elements read as 0 and ±Inf stays, which `round_e2m1_finite` saturates:
-  `round_float`'s rule, so blocks with non-finite elements need no other path."""
+def scaled(x: Array, s_enc: Array, inv: Array) -> Array:
+  """y = x * S_enc / s_b as `safe_div` computes it: XLA turns its division by the broadcast
+  scale into a product with the reciprocal `inv` ([..., nb, 1], `e4m3_byte_inverse`: 0 for
+  a zero scale, which gives +0)."""
+  return jnp.where(inv > 0, (x * s_enc) * inv, 0.0)
+
+
+def _rne_scales(amax_b: Array) -> tuple[Array, Array, Array, Array]:
+  """(S_enc, S_dec, scale bytes [..., nb], fl32(1 / s_b) [..., nb, 1]) for round-to-nearest."""
   s_enc, s_dec = tensor_scales(amax_b)
   sb, _ = e4m3_scale((amax_b * recip(6.0)) * s_enc)
-  x = xb if all_finite else jnp.where(jnp.isnan(xb), 0.0, xb)
-  return _Rne(x, s_enc, sb, e4m3_byte_value(sb)[..., None], e4m3_byte_inverse(sb)[..., None],
-              s_dec)
+  return s_enc, s_dec, sb, e4m3_byte_inverse(sb)[..., None]
 
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False):
@@ -81,9 +74,12 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite:
   """
   del fmt
   if key is None:
-    r = _rne(xb, amax_b, all_finite)
-    codes = pack_pairs(lambda v: _grids.round_e2m1_finite(r.y(v))[0].astype(jnp.int32), r.x)
-    return codes, r.sb, r.s_dec
+    s_enc, s_dec, sb, inv = _rne_scales(amax_b)
+
+    def code(v):
+      return _grids.round_e2m1_finite(scaled(v, s_enc, inv))[0].astype(jnp.int32)
+
+    return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
   s_enc, s_dec = tensor_scales(amax_b)
   codes, sb, _ = nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)
   return pack_nibbles(codes), sb, s_dec
@@ -94,8 +90,9 @@ def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: b
   """x_hat in blocks: the same float32 products `decode` forms, without codes."""
   del fmt
   if key is None:
-    r = _rne(xb, amax_b, all_finite)
-    return (_grids.round_e2m1_finite(r.y(r.x))[1] * r.sv) * r.s_dec
+    s_enc, s_dec, sb, inv = _rne_scales(amax_b)
+    vals = _grids.round_e2m1_finite(scaled(rne_input(xb, all_finite), s_enc, inv))[1]
+    return (vals * e4m3_byte_value(sb)[..., None]) * s_dec
   s_enc, s_dec = tensor_scales(amax_b)
   return nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)[2]
 
