@@ -262,9 +262,8 @@ def run(config, workdir: str) -> dict:
   cache = jaxlab.train.ArmCache(workdir)
   key = jaxlab.train.config_hash(lm.base_lm_config(base_config), config.apc, config.sft,
                                   config.rl, config.optimizer)
-  seed_fn = lambda s: run_seed(config, model, base_params, corpus, s, stages)
   per_seed = [cache.get_or_run(f"seed_{s}", jaxlab.train.config_hash(key, s),
-                               lambda s=s: seed_fn(s))
+                               lambda s=s: run_seed(config, model, base_params, corpus, s, stages))
               for s in seeds]
 
   table = {a: {m: dict(mean=float(np.mean(v)), std=float(np.std(v)), per_seed=v)

@@ -530,12 +530,10 @@ def run(config, workdir: str) -> dict:
       start, cpu = time.time(), time.process_time()
       params, (ce, kd) = jax.block_until_ready(
           p["train"](keys, jnp.asarray(METHODS.index(method), jnp.int32), p["arrays"]))
-      result = dict(bpb=p["bpb"](params, val, val_chars),
-                    final_ce=np.asarray(ce[:, -10:].mean(1)),
-                    final_kd=np.asarray(kd[:, -10:].mean(1)), seconds=time.time() - start,
-                    cpu_seconds=time.process_time() - cpu,
-                    tokens_per_chunk=p["tokens_per_chunk"])
-      return result
+      return dict(bpb=p["bpb"](params, val, val_chars),
+                  final_ce=np.asarray(ce[:, -10:].mean(1)),
+                  final_kd=np.asarray(kd[:, -10:].mean(1)), seconds=time.time() - start,
+                  cpu_seconds=time.process_time() - cpu, tokens_per_chunk=p["tokens_per_chunk"])
 
     table[name] = {}
     for method in methods:
