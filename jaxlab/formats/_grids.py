@@ -251,6 +251,19 @@ def round_e2m1_finite(y: Array, *, nonneg: bool = False) -> tuple[Array, Array]:
   return codes.astype(jnp.uint8), vals
 
 
+def round_e2m1_values_nonneg(y: Array) -> Array:
+  """`round_e2m1_finite(y, nonneg=True)[1]`, the values without codes, in fewer operations.
+
+  For MixFP4's block errors, which need the rounded values only. Adding
+  c = 1.5 * 2**23 * step to a magnitude below 2**22 * step leaves float32 an ulp of
+  `step`, so the sum rounds it half to even to a multiple of its binade's step (0.5,
+  1 or 2) and subtracting c back is exact. `y` >= +0 and not NaN, as for `nonneg`.
+  """
+  a = _sign_and_clamped_abs(y, E2M1.max_value, nonneg=True)[1]
+  c = jnp.where(a >= 4.0, 1.5 * 2.0 ** 24, jnp.where(a >= 2.0, 1.5 * 2.0 ** 23, 1.5 * 2.0 ** 22))
+  return (a + c) - c
+
+
 def round_e2m1_or_int_finite(y: Array, to_int: Array) -> tuple[Array, Array]:
   """Non-NaN y rounded to E2M1, or where `to_int` to the integers -7..7: (int32 codes, values).
 

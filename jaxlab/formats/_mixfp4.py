@@ -149,24 +149,26 @@ def _rne_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Array,
     # d * d == |d| * |d| exactly (the sign does not reach a product).
     return d * d if p == 2.0 else jnp.abs(d) ** p
 
-  # Where a scale is 0, x_hat is 0 whatever the element rounds to, so the division
-  # may use 1 there (one select per block instead of `safe_div`'s per element).
-  den_f, den_i = jnp.where(sv_f > 0, sv_f, 1.0), jnp.where(sv_i > 0, sv_i, 1.0)
+  # x * S_enc / s_b as the reference forms it: XLA computes `safe_div`'s division by
+  # a broadcast scale as a product with the scale's reciprocal (`scaled`), one
+  # division per block instead of two per element. Where a scale is 0, x_hat is 0
+  # whatever the element rounds to, so the reciprocal may be 1 there.
+  inv_f, inv_i = (1.0 / jnp.where(sv > 0, sv, 1.0) for sv in (sv_f, sv_i))
 
-  def candidates(x, svf, svi, denf, deni):
+  def candidates(x, svf, svi, invf, invi):
     # Both candidates keep x's sign, so x - x_hat = sign(x) * (|x| - |x_hat|) exactly
     # (and the squares agree): the errors are computed on |x|, with no signs to carry.
     a = jnp.abs(x) if all_finite else finite_abs(x)
     xs = a * s_enc
-    _, vals_f = _grids.round_e2m1_finite(xs / denf, nonneg=True)
-    k = _grids.round_int_finite(xs / deni, 7, nonneg=True)
+    vals_f = _grids.round_e2m1_values_nonneg(xs * invf)
+    k = _grids.round_int_finite(xs * invi, 7, nonneg=True)
     return err(a, (k * svi) * s_dec), err(a, (vals_f * svf) * s_dec)
 
   bs = xb.shape[-1]
   if bs > MAX_COLUMN_BLOCK:
-    e_i, e_f = candidates(xb, *(v[..., None] for v in (sv_f, sv_i, den_f, den_i)))
+    e_i, e_f = candidates(xb, *(v[..., None] for v in (sv_f, sv_i, inv_f, inv_i)))
     return tree_sum(e_i), tree_sum(e_f)
-  cols = [candidates(xb[..., j], sv_f, sv_i, den_f, den_i) for j in range(bs)]
+  cols = [candidates(xb[..., j], sv_f, sv_i, inv_f, inv_i) for j in range(bs)]
   return pairwise([c[0] for c in cols], jnp.add), pairwise([c[1] for c in cols], jnp.add)
 
 

@@ -5,6 +5,7 @@ block scale byte = E4M3(amax_b/6 * S_enc), element = E2M1(x * S_enc / s_b),
 value = element * s_b * S_dec with S_dec = 1/S_enc.
 """
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
@@ -101,13 +102,29 @@ def decode(codes: Array, scales: Array, tensor_scale: Array, fmt: Format) -> Arr
   """Element codes [..., nb, bs] and scale bytes -> float32 values [..., nb, bs].
 
   Bit 7 of a scale byte flags an E1M2 block (MixFP4; never set by NVFP4): the
-  (flag, nibble) pair decodes through the 32-entry E2M2 table `MIX_LUT`.
+  (flag, nibble) pair has the value `MIX_LUT[flag << 4 | nibble]`.
   """
   del fmt
-  flag = (scales >> 7).astype(jnp.int32)[..., None]
-  vals = jnp.take(jnp.asarray(_grids.MIX_LUT), (flag << 4) | codes.astype(jnp.int32),
-                  mode="clip")
+  vals = element_values(codes, ((scales >> 7) == 1)[..., None])
   # A table load: XLA fuses the scale into every element's loop, where the E4M3 decode
   # arithmetic would be repeated for each element.
   sv = e4m3_byte_value(scales)
   return (vals * sv[..., None]) * tensor_scale
+
+
+def element_values(codes: Array, e1m2: Array) -> Array:
+  """`MIX_LUT[e1m2 << 4 | code]` for 4-bit codes, on the float32 bits (no table lookup).
+
+  E2M1 magnitude code t = (e, m) >= 2 is 2**(e-1) * (1 + m/2), the float32 with
+  exponent e + 126 and one mantissa bit m: bits (t + 252) << 22; t = 1 is 0.5
+  (252 << 22) and t = 0 is 0. An E1M2 block's code holds the integer magnitude t. The
+  sign bit goes to bit 31, so code 8 is -0 as in the table. Elementwise ops only, which
+  XLA:CPU vectorises (a gather from the table stays scalar).
+  """
+  c = codes.astype(jnp.int32)
+  t = c & 7
+  e2m1 = jax.lax.bitcast_convert_type((t + jnp.where(t == 1, 251, 252)) << 22, jnp.float32)
+  mag = jnp.where(e1m2, t.astype(jnp.float32), jnp.where(t == 0, 0.0, e2m1))
+  sign = (c & 8) << 28
+  return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(mag, jnp.int32) | sign,
+                                      jnp.float32)

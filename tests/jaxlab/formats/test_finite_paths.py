@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jaxlab import formats as F
-from jaxlab.formats import _api, _grids, _mixfp4
+from jaxlab.formats import _api, _grids, _mixfp4, _nvfp4
 from jaxlab.formats._scales import block_amax
 
 
@@ -43,6 +43,17 @@ def test_finite_roundings_equal_general_roundings():
     got = jax.jit(functools.partial(_grids.round_int_finite, qmax=qmax))(y)
     want = jax.jit(functools.partial(F.round_int, qmax=qmax))(y)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def test_e2m1_values_by_magic_constant_equal_finite_rounding():
+  # MixFP4's block errors round with `round_e2m1_values_nonneg`: every 2039th
+  # non-negative float32 bit pattern up to +Inf (all binades, float32 subnormals,
+  # saturation) plus the grid points, midpoints and their neighbours.
+  sweep = np.arange(0, 0x7F800001, 2039, dtype=np.int64).astype(np.int32).view(np.float32)
+  y = jnp.asarray(np.concatenate([sweep, np.abs(_probe()), [np.inf]]).astype(np.float32))
+  got = jax.jit(_grids.round_e2m1_values_nonneg)(y)
+  want = jax.jit(lambda v: _grids.round_e2m1_finite(v, nonneg=True)[1])(y)
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
 
 
 def test_mixfp4_one_datapath_rounding_equals_both_roundings():
@@ -101,6 +112,14 @@ def test_all_finite_path_is_bitidentical(name, opts):
   if fmt.name == "mixfp4":  # both candidates really are chosen
     flags = np.asarray(fast[1]) >> 7
     assert 0.05 < flags.mean() < 0.95
+
+
+def test_element_values_equal_mix_lut():
+  # NVFP4/MixFP4 decode (flag, nibble) on the float32 bits; the table defines the values.
+  codes = jnp.tile(jnp.arange(16, dtype=jnp.uint8), 2)
+  flags = jnp.repeat(jnp.array([False, True]), 16)
+  got = jax.jit(_nvfp4.element_values)(codes, flags)
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint32), F.MIX_LUT.view(np.uint32))
 
 
 @pytest.mark.parametrize("name", ["nvfp4", "mixfp4", "mxfp4_floor", "int4_g16", "int4_g32"])
