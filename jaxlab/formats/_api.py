@@ -152,8 +152,8 @@ def dequantize(q: QArray, dtype: Any = jnp.float32) -> Array:
   """Decodes a `QArray` back to an array of its original shape.
 
   Element value = element code value * block scale * tensor scale, in float32
-  (MixFP4/NVFP4 elements decode through one 32-entry (flag, nibble) -> E2M2
-  table), then cast to `dtype`.
+  (a MixFP4/NVFP4 element has the value of its (flag, nibble) pair in the 32-entry
+  E2M2 table `MIX_LUT`), then cast to `dtype`.
 
   Example:
     >>> import jax.numpy as jnp
