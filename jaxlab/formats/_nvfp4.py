@@ -119,12 +119,11 @@ def element_values(codes: Array, e1m2: Array) -> Array:
   exponent e + 126 and one mantissa bit m: bits (t + 252) << 22; t = 1 is 0.5
   (252 << 22) and t = 0 is 0. An E1M2 block's code holds the integer magnitude t. The
   sign bit goes to bit 31, so code 8 is -0 as in the table. Elementwise ops only, which
-  XLA:CPU vectorises (a gather from the table stays scalar).
+  XLA:CPU vectorises (a gather from the table stays scalar); the kernels' E2M2 datapath
+  `decode_mix_e2m2` gives the same values with ~1.5x the dequantize time.
   """
   c = codes.astype(jnp.int32)
   t = c & 7
   e2m1 = jax.lax.bitcast_convert_type((t + jnp.where(t == 1, 251, 252)) << 22, jnp.float32)
   mag = jnp.where(e1m2, t.astype(jnp.float32), jnp.where(t == 0, 0.0, e2m1))
-  sign = (c & 8) << 28
-  return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(mag, jnp.int32) | sign,
-                                      jnp.float32)
+  return _grids._with_sign((c & 8) << 28, mag)
