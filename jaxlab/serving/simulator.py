@@ -21,7 +21,7 @@ Example:
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -101,21 +101,36 @@ class TokenShare:
     return self.dec / self.tot if self.tot > 0 else 1.0
 
 
+def step_pricer(backend: Backend) -> Callable[[SlotState, StepPlan, float | int | None], float]:
+  """`backend`'s step pricing as one function, (state, plan, share) -> seconds.
+
+  The backend's kind is decided here, once per run: `StepExecutor` is a runtime
+  Protocol, and an `isinstance` check against it costs ~30 us, as much as pricing
+  a step.
+  """
+  if isinstance(backend, StepExecutor):
+    return lambda state, plan, share: float(backend.execute(state, plan))
+  if isinstance(backend, RooflineModel):
+    return lambda state, plan, share: backend.step_time(
+        plan.prefill_tokens, state.prefilled[plan.prefill_slots], state.kv[plan.decode])
+
+  def linear(state: SlotState, plan: StepPlan, share: float | int | None) -> float:
+    k, p = int(plan.decode.size), int(plan.prefill_tokens.sum())
+    if k + p == 0:
+      return 0.0
+    if plan.mode == "mb":
+      return backend.mixed_time(k, p, share=share)
+    if k and p:
+      raise ValueError("an EB step mixes prefill and decode tokens; EB steps must be exclusive")
+    return backend.prefill_time(p) if p else backend.decode_time(k)
+
+  return linear
+
+
 def step_seconds(backend: Backend, state: SlotState, plan: StepPlan,
                  share: float | int | None = None) -> float:
   """Prices (or, for a `StepExecutor`, runs) one planned step before it is applied to `state`."""
-  if isinstance(backend, StepExecutor):
-    return float(backend.execute(state, plan))
-  if isinstance(backend, RooflineModel):
-    return backend.step_time(plan.prefill_tokens, state.prefilled[plan.prefill_slots], state.kv[plan.decode])
-  k, p = int(plan.decode.size), int(plan.prefill_tokens.sum())
-  if k + p == 0:
-    return 0.0
-  if plan.mode == "mb":
-    return backend.mixed_time(k, p, share=share)
-  if k and p:
-    raise ValueError("an EB step mixes prefill and decode tokens; EB steps must be exclusive")
-  return backend.prefill_time(p) if p else backend.decode_time(k)
+  return step_pricer(backend)(state, plan, share)
 
 
 def _fit_kv(state: SlotState, plan: StepPlan) -> StepPlan:
@@ -228,6 +243,7 @@ def simulate(scheduler: Scheduler, backend: Backend,
       submitted += 1
 
   top_up()
+  price = step_pricer(backend)
   while completed < total:
     if steps >= max_steps:
       raise RuntimeError(f"simulation exceeded max_steps={max_steps}")
@@ -242,7 +258,7 @@ def simulate(scheduler: Scheduler, backend: Backend,
     k, p = plan.decode.size, int(plan.prefill_tokens.sum())
     if mb_share == "window":
       share = window.update(k, p)
-    dt = step_seconds(backend, state, plan, share if mb_share == "window" else None)
+    dt = price(state, plan, share if mb_share == "window" else None)
     t += dt
     steps += 1
     eb_steps += plan.mode == "eb"
