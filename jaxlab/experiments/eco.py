@@ -247,6 +247,7 @@ def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, mod
     params, state, loss = step(params, state, batch)
     losses.append(loss)  # kept on device: no host sync per step
   bpb = _val_bits_per_byte(loss_fn, deploy(params), corpus, config)
+  optim.check_eco_state(state)
   # optax.chain's state is a tuple; ECO's (the last transform) counts skipped updates.
   skipped = int(getattr(state[-1], "skipped", 0))
   return {"val_bits_per_byte": bpb, "val_bits_per_byte_mid": mid, "static_bytes": static,

@@ -3,6 +3,7 @@
 Public API:
   eco_adamw, eco_sgdm            ECO (arXiv 2601.22101) as optax transforms
   apply_eco                      lands ECO's float updates on the QParam tree
+  check_eco_state                raises if ECO was not the last transform of the chain
   injectable                     optax.inject_hyperparams for ECO (float32, static format)
   naive_adamw, naive_sgdm        master-weight removal without compensation
   exact_ef_adamw, exact_ef_sgdm  exact error feedback (stores e)
@@ -36,6 +37,7 @@ from jaxlab.optim.eco import (
     EcoAdamWState,
     EcoSgdmState,
     apply_eco,
+    check_eco_state,
     eco_adamw,
     eco_sgdm,
     injectable,
@@ -56,7 +58,7 @@ from jaxlab.optim.quantizers import (
 
 __all__ = [
     "F32", "INJECTIONS", "QUANTIZERS", "STATIC_ARGS", "EcoAdamWState", "EcoSgdmState", "QParam",
-    "Quantizer", "apply_eco", "bits_delta", "check_qparams", "dequantize_params", "eco_adamw", "eco_sgdm", "exact_ef_adamw",
+    "Quantizer", "apply_eco", "bits_delta", "check_eco_state", "check_qparams", "dequantize_params", "eco_adamw", "eco_sgdm", "exact_ef_adamw",
     "exact_ef_sgdm", "fake_quant_params", "injectable", "is_qparam", "master_adamw", "master_sgdm",
     "naive_adamw", "naive_sgdm", "quantize_params", "static_bytes",
 ]

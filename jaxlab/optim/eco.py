@@ -30,10 +30,15 @@ How ECO composes with optax (a jaxlab interpretation; the paper does not say):
     F32 value may differ by an ulp where XLA contracts a multiply-add (FMA)
     differently in the two programs.
   * ECO must be the last transform: it stores a fingerprint of the codes it
-    landed on, and its next update raises a clear error if the params' codes
-    differ (e.g. `optax.scale(0.5)` placed after ECO once a weight moves a
-    grid step); a transform that leaves the updates bit-identical
-    (`optax.scale(1.0)`) changes nothing and is accepted.
+    landed on. When the params' codes differ at its next update (e.g.
+    `optax.scale(0.5)` placed after ECO once a weight moves a grid step), that
+    update is not applied (zero updates; moments, count and key unchanged;
+    `state.misplaced` += 1) and `check_eco_state(opt_state)` raises a clear
+    error; `jaxlab.train.train_loop` calls it wherever it checks the loss. A
+    transform that leaves the updates bit-identical (`optax.scale(1.0)`)
+    changes nothing and is accepted. The step raises no error itself: a host
+    callback in it would keep the program out of JAX's persistent compilation
+    cache, and every run would compile it again (~10 s for a small LM on CPU).
 
 Non-finite rule: an update whose gradients, learning rate, FP32 iterate W~,
 moments or landed weights are not all finite is skipped as a whole: params,
@@ -82,6 +87,7 @@ class EcoAdamWState(NamedTuple):
   err: Any        # exact variant: the stored residual e; otherwise None.
   skipped: Array  # shape=(), dtype=jnp.int32: updates skipped by the non-finite rule.
   landed: Array   # shape=(), dtype=jnp.uint32: fingerprint of the bits of the last landing.
+  misplaced: Array  # shape=(), dtype=jnp.int32: updates not applied: params not where ECO landed.
 
 
 class EcoSgdmState(NamedTuple):
@@ -92,6 +98,7 @@ class EcoSgdmState(NamedTuple):
   err: Any        # exact variant: the stored residual e; otherwise None.
   skipped: Array  # shape=(), dtype=jnp.int32: updates skipped by the non-finite rule.
   landed: Array   # shape=(), dtype=jnp.uint32: fingerprint of the bits of the last landing.
+  misplaced: Array  # shape=(), dtype=jnp.int32: updates not applied: params not where ECO landed.
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -218,17 +225,6 @@ def _all_finite(leaves: Sequence[Array]) -> Array:
   return ok
 
 
-def _raise_moved(where: str) -> Callable[[Array], None]:
-  def fn(bad):
-    if bad:
-      raise ValueError(
-          f"{where}: the params are not the ones ECO landed on at its last update. ECO must be "
-          "the last transform of the chain (a transform after it, e.g. optax.scale, changes "
-          "where the weights land but not the residual ECO injected), and its updates must be "
-          "applied with jaxlab.optim.apply_eco(params, updates).")
-  return fn
-
-
 def _raise_nonfinite(where: str) -> Callable[[Array], None]:
   def fn(bad):
     if bad:
@@ -250,8 +246,8 @@ def _eco_step(grads: Any, state: Any, params: Any, *, where: str, quantizer: Qua
   `direction(i, w) -> s_i` is the FP32 step of leaf i at weights w (W~ = w + s).
 
   Returns (float updates in the grads structure, landed QParam leaves, residual
-  leaves e = W~ - landed, a finiteness flag for grads/lr/W~/landing, the grads
-  treedef, the advanced key).
+  leaves e = W~ - landed, a finiteness flag for grads/lr/W~/landing, a flag for
+  params that are not where ECO last landed, the grads treedef, the advanced key).
   """
   if params is None:
     raise ValueError(f"{where} needs params (the QParam tree)")
@@ -266,9 +262,9 @@ def _eco_step(grads: Any, state: Any, params: Any, *, where: str, quantizer: Qua
     if tuple(g.shape) != tuple(p.shape):
       raise ValueError(f"{where}: gradient leaf {i} has shape {tuple(g.shape)}, expected the "
                        f"dequantized param shape {p.shape}")
-  # ECO must be last: the params are where its previous update landed.
+  # ECO must be last: the params are where its previous update landed (else `_finish`
+  # does not apply this update and counts it in `misplaced`).
   moved = (state.count > 0) & (_fingerprint(p_leaves) != state.landed)
-  _debug_raise(moved, _raise_moved(where))
 
   n = len(g_leaves)
   err_l = jax.tree.leaves(state.err) if injection == "exact" else None
@@ -304,19 +300,53 @@ def _eco_step(grads: Any, state: Any, params: Any, *, where: str, quantizer: Qua
             for p, e in zip(p_leaves, errs, strict=True)]
   ok = (jnp.all(jnp.isfinite(lr)) & _all_finite(g_leaves) & _all_finite(w_tilde)
         & _all_finite(landed_w))
-  return updates, landed, errs, ok, treedef, new_key
+  return updates, landed, errs, ok, moved, treedef, new_key
 
 
-def _finish(ok: Array, updates: list, landed: list, treedef: Any, state: Any, new_state: Any,
-            *, where: str, raise_on_nonfinite: bool):
-  """Applies the non-finite rule: on `ok` the new state, else the old one, counted."""
+def _finish(ok: Array, moved: Array, updates: list, landed: list, treedef: Any, state: Any,
+            new_state: Any, *, where: str, raise_on_nonfinite: bool):
+  """Applies the update only if finite (`ok`) and not `moved`: the new state, else the old
+  one, with the skip counted (`skipped`: non-finite; `misplaced`: moved params)."""
   if raise_on_nonfinite:
     _debug_raise(~ok, _raise_nonfinite(where))
-  updates = treedef.unflatten([jnp.where(ok, u, jnp.zeros_like(u)) for u in updates])
-  kept = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new_state, state)
+  accept = ok & ~moved
+  updates = treedef.unflatten([jnp.where(accept, u, jnp.zeros_like(u)) for u in updates])
+  kept = jax.tree.map(lambda a, b: jnp.where(accept, a, b), new_state, state)
   kept = kept._replace(skipped=state.skipped + (~ok).astype(jnp.int32),
-                       landed=jnp.where(ok, _fingerprint(landed), state.landed))
+                       misplaced=state.misplaced + moved.astype(jnp.int32),
+                       landed=jnp.where(accept, _fingerprint(landed), state.landed))
   return updates, kept
+
+
+def check_eco_state(opt_state: Any) -> None:
+  """Raises if an ECO state in `opt_state` did not apply an update because the params had
+  moved away from where ECO landed (a transform after ECO in the chain).
+
+  Reads one counter per ECO state (a host sync): call it where the training loop
+  looks at the host anyway, e.g. when it logs.
+
+  Args:
+    opt_state: any optax state (chains, `inject_hyperparams`, `MultiSteps`, ...).
+
+  Raises:
+    ValueError: an ECO state's `misplaced` counter is nonzero.
+
+  Example:
+    >>> import jax.numpy as jnp, optax
+    >>> from jaxlab.optim import Quantizer, eco_sgdm, quantize_params
+    >>> q = Quantizer("grid", step=0.125)
+    >>> tx = optax.chain(eco_sgdm(0.1, 0.9, quantizer=q), optax.scale(0.5))
+    >>> check_eco_state(tx.init(quantize_params({"w": jnp.zeros((4, 4))}, q)))  # nothing yet
+  """
+  is_eco = lambda x: isinstance(x, (EcoAdamWState, EcoSgdmState))
+  for s in jax.tree.leaves(opt_state, is_leaf=is_eco):
+    if is_eco(s) and int(jax.device_get(s.misplaced)):
+      raise ValueError(
+          f"ECO did not apply {int(s.misplaced)} update(s): the params were not the ones it "
+          "landed on at its previous update. ECO must be the last transform of the chain (a "
+          "transform after it, e.g. optax.scale, changes where the weights land but not the "
+          "residual ECO injected), and its updates must be applied with "
+          "jaxlab.optim.apply_eco(params, updates).")
 
 
 def _init_state(params: Any, quantizer: Quantizer, injection: str, where: str) -> dict:
@@ -329,7 +359,8 @@ def _init_state(params: Any, quantizer: Quantizer, injection: str, where: str) -
       raise ValueError(f"{where}: params must be a QParam tree or its float view "
                        f"(dequantize_params), got a leaf of dtype {jnp.asarray(p).dtype}")
   return dict(count=jnp.zeros([], jnp.int32), err=_zeros(params) if injection == "exact" else None,
-              skipped=jnp.zeros([], jnp.int32), landed=jnp.zeros([], jnp.uint32))
+              skipped=jnp.zeros([], jnp.int32), landed=jnp.zeros([], jnp.uint32),
+              misplaced=jnp.zeros([], jnp.int32))
 
 
 def _coef(lr: Array, weight_decay: Num) -> Array:
@@ -411,7 +442,7 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
   def init_fn(params):
     f = _init_state(params, quantizer, injection, where + ".init")
     return EcoAdamWState(f["count"], _zeros(params), _zeros(params), key, f["err"],
-                         f["skipped"], f["landed"])
+                         f["skipped"], f["landed"], f["misplaced"])
 
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args
@@ -432,7 +463,7 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
     def direction(i, w):
       return (-lr) * ((mu_l[i] / bc1) / denom[i] + weight_decay * w)
 
-    out, landed, errs, ok, treedef, new_key = _eco_step(
+    out, landed, errs, ok, moved, treedef, new_key = _eco_step(
         updates, state, params, where=where + ".update", quantizer=quantizer,
         direction=direction, injection=injection, stochastic=stochastic_rounding, lr=lr)
     if injection == "eco":
@@ -446,8 +477,8 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
     ok = ok & _all_finite(mu_l) & _all_finite(nu_l)
     err = treedef.unflatten(errs) if injection == "exact" else None
     new = EcoAdamWState(count, treedef.unflatten(mu_l), nu, new_key, err, state.skipped,
-                        state.landed)
-    return _finish(ok, out, landed, treedef, state, new, where=where + ".update",
+                        state.landed, state.misplaced)
+    return _finish(ok, moved, out, landed, treedef, state, new, where=where + ".update",
                    raise_on_nonfinite=raise_on_nonfinite)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -505,7 +536,8 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
 
   def init_fn(params):
     f = _init_state(params, quantizer, injection, where + ".init")
-    return EcoSgdmState(f["count"], _zeros(params), key, f["err"], f["skipped"], f["landed"])
+    return EcoSgdmState(f["count"], _zeros(params), key, f["err"], f["skipped"], f["landed"],
+                        f["misplaced"])
 
   def update_fn(updates, state, params=None, **extra_args):
     del extra_args
@@ -520,7 +552,7 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
     def direction(i, w):
       return (-lr) * (mu_l[i] + weight_decay * w)
 
-    out, landed, errs, ok, treedef, new_key = _eco_step(
+    out, landed, errs, ok, moved, treedef, new_key = _eco_step(
         updates, state, params, where=where + ".update", quantizer=quantizer,
         direction=direction, injection=injection, stochastic=stochastic_rounding, lr=lr)
     if injection == "eco":
@@ -534,8 +566,8 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
     ok = ok & _all_finite(mu_l)
     err = treedef.unflatten(errs) if injection == "exact" else None
     new = EcoSgdmState(optax.safe_int32_increment(state.count), treedef.unflatten(mu_l), new_key,
-                       err, state.skipped, state.landed)
-    return _finish(ok, out, landed, treedef, state, new, where=where + ".update",
+                       err, state.skipped, state.landed, state.misplaced)
+    return _finish(ok, moved, out, landed, treedef, state, new, where=where + ".update",
                    raise_on_nonfinite=raise_on_nonfinite)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

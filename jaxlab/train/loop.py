@@ -6,6 +6,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxlab.optim import check_eco_state
 from jaxlab.train.checkpoint import Checkpointer
 from jaxlab.train.metrics import MetricWriter, progress
 from jaxlab.train.state import TrainState
@@ -55,6 +56,9 @@ def train_loop(state: TrainState, train_step: Callable, batch_fn: Callable[[int]
     NonFiniteLossError: the loss became NaN/Inf. The check runs on device every
       step and is read at each log, eval and checkpoint step, so no diverged
       state is ever evaluated or saved; the error names the first bad step.
+    ValueError: an ECO optimizer in the state did not apply an update because it
+      was not the last transform of the chain (`jaxlab.optim.check_eco_state`,
+      read at the same steps).
     CheckpointSaveError: a checkpoint could not be written.
 
   Example:
@@ -73,6 +77,7 @@ def train_loop(state: TrainState, train_step: Callable, batch_fn: Callable[[int]
       bad = int(first_bad)
       if bad >= 0:
         raise NonFiniteLossError(bad, workdir)
+      check_eco_state(state.opt_state)  # ECO composed as the last transform
 
     for step in progress(range(start, num_steps), total=num_steps, initial=start, desc=desc):
       state, metrics = train_step(state, batch_fn(step))

@@ -318,8 +318,8 @@ def test_static_bytes_counts_real_storage():
   assert optim.static_bytes(int4) == 64 * 48 // 2 + 48 * 2 * 4 + 48 * 4
   tx = optim.eco_adamw(1e-3, quantizer=FP8_ROW)
   st = tx.init(fp8)
-  # count, mu, nu, raw key, skipped counter, landing fingerprint
-  assert optim.static_bytes(st) == 4 + 2 * 4 * (64 * 48 + 48) + 8 + 4 + 4
+  # count, mu, nu, raw key, skipped counter, landing fingerprint, misplaced counter
+  assert optim.static_bytes(st) == 4 + 2 * 4 * (64 * 48 + 48) + 8 + 4 + 4 + 4
   assert optim.static_bytes(optim.exact_ef_adamw(1e-3, quantizer=FP8_ROW).init(fp8)) == (
       optim.static_bytes(st) + 4 * (64 * 48 + 48))
 

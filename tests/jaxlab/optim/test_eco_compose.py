@@ -119,18 +119,34 @@ def test_masked_eco_beside_a_float_optimizer():
   np.testing.assert_array_equal(got["b"], want_b["b"])
 
 
-def test_a_transform_after_eco_raises_instead_of_corrupting():
+def test_a_transform_after_eco_is_not_applied_and_check_eco_state_raises():
   p0 = optim.quantize_params(_params(), FP8)
   eco = optim.eco_adamw(1e-2, quantizer=FP8, key=4)
   g = [_grads(0), _grads(1), _grads(2)]
   # A bit-identical transform (scale by 1) changes nothing and is accepted...
-  got, _ = _run(optax.chain(eco, optax.scale(1.0)), p0, g)
+  got, s = _run(optax.chain(eco, optax.scale(1.0)), p0, g)
   want, _ = _run(eco, p0, g)
   _same_landing(got, want)
-  # ...one that moves the landing is caught at ECO's next update, never NaN weights.
-  with pytest.raises(Exception, match="ECO must be the last transform"):
-    p, _ = _run(optax.chain(eco, optax.scale(0.5)), p0, g)
-    jax.block_until_ready(p)
+  optim.check_eco_state(s)
+  assert int(s[0].misplaced) == 0
+  # ...one that moves the landing is caught at ECO's next update: that update and every
+  # later one are not applied (the weights stay where the halved step put them, the
+  # moments stay), they are counted, and check_eco_state raises.
+  tx = optax.chain(eco, optax.scale(0.5))
+  p1, s1 = _run(tx, p0, g[:1])
+  p3, s3 = _run(tx, p0, g)
+  assert bool(jnp.any(p1["w"].codes != p0["w"].codes))  # the first, halved step moved a code
+  jax.tree.map(np.testing.assert_array_equal, p3, p1)
+  jax.tree.map(np.testing.assert_array_equal, s3[0].mu, s1[0].mu)
+  assert int(s3[0].misplaced) == 2 and int(s3[0].count) == 1 and int(s3[0].skipped) == 0
+  optim.check_eco_state(s1)  # nothing was misplaced yet
+  with pytest.raises(ValueError, match="ECO did not apply 2 update.*must be the last transform"):
+    optim.check_eco_state(s3)
+  # Nested states (inject_hyperparams) are found too.
+  inj = optax.chain(optim.injectable(optim.eco_adamw)(learning_rate=1e-2, quantizer=FP8, key=4),
+                    optax.scale(0.5))
+  with pytest.raises(ValueError, match="must be the last transform"):
+    optim.check_eco_state(_run(inj, p0, g)[1])
 
 
 def test_make_train_step_trains_qparam_models():
@@ -156,6 +172,25 @@ def test_make_train_step_trains_qparam_models():
     losses.append(float(metrics["loss"]))
   assert state.params["w"].codes.dtype == jnp.uint8  # still FP8 storage
   assert losses[-1] < 0.1 * losses[0]
+
+
+def test_train_loop_raises_when_eco_is_not_the_last_transform(tmp_path):
+  x = jax.random.normal(jax.random.key(6), (32, 16))
+  batch = (x, x @ jnp.ones((16, 8)))
+
+  def loss_fn(params, batch, rng):
+    del rng
+    return jnp.mean((batch[0] @ params["w"] - batch[1]) ** 2), {}
+
+  def run(tx, workdir):
+    state = train.create_train_state(optim.quantize_params({"w": jnp.zeros((16, 8))}, FP8), tx,
+                                     seed=0)  # fresh params: the step donates its state
+    return train.train_loop(state, train.make_train_step(loss_fn, tx), lambda i: batch,
+                            num_steps=4, workdir=str(workdir), checkpoint_every=100, log_every=2)
+
+  assert int(run(optim.eco_adamw(0.1, quantizer=FP8), tmp_path / "last").step) == 4
+  with pytest.raises(ValueError, match="must be the last transform"):
+    run(optax.chain(optim.eco_adamw(0.1, quantizer=FP8), optax.scale(0.5)), tmp_path / "scaled")
 
 
 def test_injectable_is_a_one_liner_and_plain_inject_hyperparams_works():
