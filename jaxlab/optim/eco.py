@@ -412,7 +412,9 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
     its float view; `update(grads, state, params)` needs `params` (the QParam
     tree), takes grads w.r.t. the dequantized weights, ignores extra keyword
     args, and returns float32 updates in the grads structure, to be applied
-    with `jaxlab.optim.apply_eco`. ECO must be the last transform of a chain.
+    with `jaxlab.optim.apply_eco`. ECO must be the last transform of a chain
+    (otherwise its updates stop: `state.misplaced` counts them and
+    `check_eco_state` raises).
 
   Example:
     >>> import jax, jax.numpy as jnp, optax
