@@ -2,7 +2,7 @@
 
   python -m launch.main --config=configs/ebplus.py:quick --workdir=runs/ebplus
 
-Presets: smoke (2 seeds, ~20 s of CPU, used by tests), quick (3 seeds, <= ~3 min
+Presets: smoke (2 seeds, ~10 s of CPU, used by tests), quick (3 seeds, <= ~3 min
 of CPU on 2 cores: the report row), full (more requests per run, the spec's
 60 MB engine model over a 3x3x2 grid).
 
