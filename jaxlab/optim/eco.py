@@ -340,9 +340,9 @@ def check_eco_state(opt_state: Any) -> None:
   """
   is_eco = lambda x: isinstance(x, (EcoAdamWState, EcoSgdmState))
   for s in jax.tree.leaves(opt_state, is_leaf=is_eco):
-    if is_eco(s) and int(jax.device_get(s.misplaced)):
+    if is_eco(s) and (n := int(jax.device_get(s.misplaced))):
       raise ValueError(
-          f"ECO did not apply {int(s.misplaced)} update(s): the params were not the ones it "
+          f"ECO did not apply {n} update(s): the params were not the ones it "
           "landed on at its previous update. ECO must be the last transform of the chain (a "
           "transform after it, e.g. optax.scale, changes where the weights land but not the "
           "residual ECO injected), and its updates must be applied with "

@@ -104,9 +104,10 @@ class TokenShare:
 def step_pricer(backend: Backend) -> Callable[[SlotState, StepPlan, float | int | None], float]:
   """`backend`'s step pricing as one function, (state, plan, share) -> seconds.
 
-  The backend's kind is decided here, once per run: `StepExecutor` is a runtime
-  Protocol, and an `isinstance` check against it costs ~30 us, as much as pricing
-  a step.
+  The function prices (or, for a `StepExecutor`, runs) one planned step before it
+  is applied to `state`. The backend's kind is decided here, once per run:
+  `StepExecutor` is a runtime Protocol, and an `isinstance` check against it costs
+  ~30 us, as much as pricing a step.
   """
   if isinstance(backend, StepExecutor):
     return lambda state, plan, share: float(backend.execute(state, plan))
@@ -125,12 +126,6 @@ def step_pricer(backend: Backend) -> Callable[[SlotState, StepPlan, float | int 
     return backend.prefill_time(p) if p else backend.decode_time(k)
 
   return linear
-
-
-def step_seconds(backend: Backend, state: SlotState, plan: StepPlan,
-                 share: float | int | None = None) -> float:
-  """Prices (or, for a `StepExecutor`, runs) one planned step before it is applied to `state`."""
-  return step_pricer(backend)(state, plan, share)
 
 
 def _fit_kv(state: SlotState, plan: StepPlan) -> StepPlan:
