@@ -18,6 +18,7 @@ from jaxlab.formats._scales import (
     e4m3_byte_inverse,
     e4m3_byte_value,
     e4m3_scale,
+    e4m3_scale_finite,
     recip,
     safe_div,
     tensor_amax,
@@ -63,7 +64,7 @@ def scaled(x: Array, s_enc: Array, inv: Array) -> Array:
 def _rne_scales(amax_b: Array) -> tuple[Array, Array, Array, Array]:
   """(S_enc, S_dec, scale bytes [..., nb], fl32(1 / s_b) [..., nb, 1]) for round-to-nearest."""
   s_enc, s_dec = tensor_scales(amax_b)
-  sb, _ = e4m3_scale((amax_b * recip(6.0)) * s_enc)
+  sb, _ = e4m3_scale_finite((amax_b * recip(6.0)) * s_enc)
   return s_enc, s_dec, sb, e4m3_byte_inverse(sb)[..., None]
 
 

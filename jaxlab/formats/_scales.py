@@ -46,8 +46,8 @@ def finite_abs(xb: Array) -> Array:
 
 
 def pairwise(items: list, op) -> Array:
-  """Reduces `items` with `op` in `_mixfp4.tree_sum`'s order (item j with item j + n // 2,
-  an odd last one carried to the next round): a fixed order, as elementwise ops XLA fuses."""
+  """Reduces `items` with `op` pairwise (item j with item j + n // 2, an odd last one
+  carried to the next round), as elementwise ops XLA fuses: the blocks' maxima."""
   while len(items) > 1:
     h = len(items) // 2
     items = [op(items[j], items[j + h]) for j in range(h)] + items[2 * h:]
@@ -82,6 +82,12 @@ def e4m3_scale(v: Array) -> tuple[Array, Array]:
   Returns (uint8 bytes, float32 values).
   """
   return _grids.round_float(v, E4M3)
+
+
+def e4m3_scale_finite(v: Array) -> tuple[Array, Array]:
+  """`e4m3_scale` for finite `v` >= +0, in a third of the operations (the round-to-nearest
+  XLA paths: their block amaxes and tensor scale are finite)."""
+  return _grids.round_e4m3_nonneg_finite(v)
 
 
 # E4M3 scale byte (its low 7 bits) -> the scale and fl32(1 / scale) (0 for the zero code).

@@ -11,12 +11,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
 from jaxlab import formats as F
 from jaxlab.formats import _api, _grids, _mixfp4, _nvfp4
-from jaxlab.formats._scales import block_amax
+from jaxlab.formats._scales import F32_MAX, block_amax, e4m3_scale, e4m3_scale_finite
 
 
 def _probe() -> np.ndarray:
@@ -54,6 +55,22 @@ def test_e2m1_values_by_magic_constant_equal_finite_rounding():
   got = jax.jit(_grids.round_e2m1_values_nonneg)(y)
   want = jax.jit(lambda v: _grids.round_e2m1_finite(v, nonneg=True)[1])(y)
   np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def test_e4m3_scales_by_magic_constant_equal_round_float():
+  # The XLA paths' block scales (`e4m3_scale_finite`): every 1999th finite non-negative
+  # float32 bit pattern (float32 subnormals, E4M3 subnormals and normals, saturation),
+  # every E4M3 value, the midpoints between neighbours and their float32 neighbours.
+  sweep = np.arange(0, 0x7F800000, 1999, dtype=np.int64).astype(np.int32).view(np.float32)
+  grid = np.arange(127, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+  mids = np.concatenate([(grid[1:] + grid[:-1]) / 2, [464.0, 480.0]]).astype(np.float32)
+  near = np.concatenate([np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(1e3))])
+  y = jnp.asarray(np.concatenate([sweep, grid, mids, near, [F32_MAX]]).astype(np.float32))
+  codes, vals = jax.jit(e4m3_scale_finite)(y)
+  want_codes, want_vals = jax.jit(e4m3_scale)(y)
+  np.testing.assert_array_equal(np.asarray(codes), np.asarray(want_codes))
+  np.testing.assert_array_equal(np.asarray(vals).view(np.uint32),
+                                np.asarray(want_vals).view(np.uint32))
 
 
 def test_mixfp4_one_datapath_rounding_equals_both_roundings():
