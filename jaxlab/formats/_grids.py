@@ -277,9 +277,11 @@ def round_e4m3_nonneg_finite(v: Array) -> tuple[Array, Array]:
   subnormals), so the magic constant's exponent field is v's, floored at 2**-6's,
   plus 20. The code of a normal value is its float32 exponent and top three mantissa
   bits re-biased; a subnormal value n * 2**-9 (n < 8) is first moved up by 2**-6,
-  exactly, onto the first normal binade, whose codes are 8 + n. About a third of
-  `round_float`'s operations (which must also lower to Triton, without `round`).
+  exactly, onto the first normal binade, whose codes are 8 + n. `v` is first clamped
+  to 512 (which saturates as every larger value does), so c stays finite. About a third
+  of `round_float`'s operations (which must also lower to Triton, without `round`).
   """
+  v = _sign_and_clamped_abs(v, 512.0, nonneg=True)[1]
   floor = (127 + E4M3.emin) << 23
   exponent = jnp.maximum(jax.lax.bitcast_convert_type(v, jnp.int32) & 0x7F800000, floor)
   c = jax.lax.bitcast_convert_type(exponent + (((23 - E4M3.mbits) << 23) | 0x400000),
@@ -287,7 +289,8 @@ def round_e4m3_nonneg_finite(v: Array) -> tuple[Array, Array]:
   r = _sign_and_clamped_abs((v + c) - c, E4M3.max_value, nonneg=True)[1]
   sub = r < float(2.0 ** E4M3.emin)
   moved = jax.lax.bitcast_convert_type(r + jnp.where(sub, float(2.0 ** E4M3.emin), 0.0), jnp.int32)
-  code = (moved >> 20) - ((127 - E4M3.bias) << E4M3.mbits) - jnp.where(sub, 1 << E4M3.mbits, 0)
+  code = ((moved >> (23 - E4M3.mbits)) - ((127 - E4M3.bias) << E4M3.mbits)
+          - jnp.where(sub, 1 << E4M3.mbits, 0))
   return code.astype(jnp.uint8), r
 
 
