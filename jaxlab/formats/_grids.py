@@ -251,42 +251,46 @@ def round_e2m1_finite(y: Array, *, nonneg: bool = False) -> tuple[Array, Array]:
   return codes.astype(jnp.uint8), vals
 
 
+def _round_to_step_nonneg(a: Array, grid: FloatGrid) -> Array:
+  """Float32 `a` >= +0 rounded half to even to a multiple of `grid`'s step at a's binade
+  (no saturation; callers clamp `a` first, which also keeps c below finite range).
+
+  The step is 2**(e - mbits) for a in [2**e, 2**(e + 1)), e >= emin, and 2**(emin -
+  mbits) below 2**emin (the grid's subnormals). Adding c = 1.5 * 2**23 * step leaves
+  float32 an ulp of `step`, so the sum rounds a half to even to a multiple of it, and
+  subtracting c back is exact: c's exponent field is a's, floored at 2**emin's, plus
+  23 - mbits (three integer operations, no compares or selects).
+  """
+  exponent = jnp.maximum(jax.lax.bitcast_convert_type(a, jnp.int32) & 0x7F800000,
+                         (127 + grid.emin) << 23)
+  c = jax.lax.bitcast_convert_type(exponent + (((23 - grid.mbits) << 23) | 0x400000),
+                                   jnp.float32)
+  return (a + c) - c
+
+
 def round_e2m1_values_nonneg(y: Array) -> Array:
   """`round_e2m1_finite(y, nonneg=True)[1]`, the values without codes, in fewer operations.
 
-  For MixFP4's block errors, which need the rounded values only. Adding
-  c = 1.5 * 2**23 * step to a magnitude below 2**22 * step leaves float32 an ulp of
-  `step`, so the sum rounds it half to even to a multiple of its binade's step (0.5,
-  1 or 2) and subtracting c back is exact. The step is 2**(e - 1) for a in [2**e,
-  2**(e + 1)), e >= 0, and 0.5 below 1: c's exponent field is a's, floored at 1.0's,
-  plus 22 (three integer operations instead of two compares and two selects). `y` >= +0
-  and not NaN, as for `nonneg`.
+  For MixFP4's block errors, which need the rounded values only: |y| clamped at 6, then
+  rounded to its binade's step (0.5, 1 or 2) by `_round_to_step_nonneg`. `y` >= +0 and
+  not NaN, as for `nonneg`.
   """
-  a = _sign_and_clamped_abs(y, E2M1.max_value, nonneg=True)[1]
-  exponent = jnp.maximum(jax.lax.bitcast_convert_type(a, jnp.int32) & 0x7F800000, 127 << 23)
-  c = jax.lax.bitcast_convert_type(exponent + ((22 << 23) | 0x400000), jnp.float32)
-  return (a + c) - c
+  return _round_to_step_nonneg(_sign_and_clamped_abs(y, E2M1.max_value, nonneg=True)[1], E2M1)
 
 
 def round_e4m3_nonneg_finite(v: Array) -> tuple[Array, Array]:
   """`round_float(v, E4M3)` for finite float32 `v` >= +0: (uint8 codes, values).
 
   For the block scales of the XLA quantize paths, whose inputs are finite and
-  non-negative. Rounding as in `round_e2m1_values_nonneg`: E4M3's step is
-  2**(e - 3) for v in [2**e, 2**(e + 1)), e >= -6, and 2**-9 below 2**-6 (its
-  subnormals), so the magic constant's exponent field is v's, floored at 2**-6's,
-  plus 20. The code of a normal value is its float32 exponent and top three mantissa
-  bits re-biased; a subnormal value n * 2**-9 (n < 8) is first moved up by 2**-6,
-  exactly, onto the first normal binade, whose codes are 8 + n. `v` is first clamped
-  to 512 (which saturates as every larger value does), so c stays finite. About a third
-  of `round_float`'s operations (which must also lower to Triton, without `round`).
+  non-negative. `v` is clamped to 512 (which saturates as every larger value does),
+  rounded by `_round_to_step_nonneg` and saturated at 448. The code of a normal value
+  is its float32 exponent and top three mantissa bits re-biased; a subnormal value
+  n * 2**-9 (n < 8) is first moved up by 2**-6, exactly, onto the first normal binade,
+  whose codes are 8 + n. About a third of `round_float`'s operations (which must also
+  lower to Triton, without `round`).
   """
   v = _sign_and_clamped_abs(v, 512.0, nonneg=True)[1]
-  floor = (127 + E4M3.emin) << 23
-  exponent = jnp.maximum(jax.lax.bitcast_convert_type(v, jnp.int32) & 0x7F800000, floor)
-  c = jax.lax.bitcast_convert_type(exponent + (((23 - E4M3.mbits) << 23) | 0x400000),
-                                   jnp.float32)
-  r = _sign_and_clamped_abs((v + c) - c, E4M3.max_value, nonneg=True)[1]
+  r = _sign_and_clamped_abs(_round_to_step_nonneg(v, E4M3), E4M3.max_value, nonneg=True)[1]
   sub = r < float(2.0 ** E4M3.emin)
   moved = jax.lax.bitcast_convert_type(r + jnp.where(sub, float(2.0 ** E4M3.emin), 0.0), jnp.int32)
   code = ((moved >> (23 - E4M3.mbits)) - ((127 - E4M3.bias) << E4M3.mbits)
