@@ -158,7 +158,8 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
     same = (np.array_equal(np.asarray(q.codes), qn["codes"])
             and np.array_equal(np.asarray(q.scales), qn["scales"]))
     # MixFP4 can pick the other candidate on a block whose two errors tie to within
-    # float32 rounding: XLA:CPU contracts x - x_hat and the sums of squares into FMAs.
+    # float32 rounding: jaxlab sums them on x * S_enc (NumPy here on x), and XLA:CPU
+    # contracts the subtractions and the sums of squares into FMAs.
     scale_bytes_differing = int(np.sum(np.asarray(q.scales) != qn["scales"]))
     deq_same = np.array_equal(np.asarray(dfn(q)), numpy_dequantize(qn, name, (rows, cols)))
     xla = {"copy": lambda: copy(x), "xla_quantize": lambda qfn=qfn: qfn(x),

@@ -3,10 +3,14 @@
 Both candidates use the real rounded E4M3 scales (s_F from amax/6, s_I from
 amax/7) under the NVFP4 tensor scale; E1M2 wins iff its block error
 sum |x - x_hat|**p is strictly smaller and its scale byte is nonzero (ties ->
-E2M1). The E1M2 block stores the INT4 code k (value k/4) with scale s_I, i.e.
-element value k * s_I * S_dec; its scale byte gets bit 7 (flag polarity bit
-7 = 1 -> E1M2 and this byte layout are jaxlab interpretations; the paper's
-are unknown). Decoding is NVFP4's (`_nvfp4.decode`): one (flag, nibble) table.
+E2M1). The errors are summed on x * S_enc against each candidate's values
+times its block scale (exact products), i.e. in units of S_dec: the common
+factor S_enc**p leaves the choice as on x up to float32 rounding of near-ties
+(a jaxlab interpretation, as is every float32 rounding order here). The E1M2
+block stores the INT4 code k (value k/4) with scale s_I, i.e. element value
+k * s_I * S_dec; its scale byte gets bit 7 (flag polarity bit 7 = 1 -> E1M2
+and this byte layout are jaxlab interpretations; the paper's are unknown).
+Decoding is NVFP4's (`_nvfp4.decode`): one (flag, nibble) table.
 """
 
 import functools
@@ -17,7 +21,7 @@ from jax import Array
 
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
-from jaxlab.formats._nvfp4 import decode, nvfp4_blocks, rne_input, scaled, tensor_scales
+from jaxlab.formats._nvfp4 import decode, e2m1_candidate, rne_input, scaled, tensor_scales
 from jaxlab.formats._packing import pack_nibbles, pack_pairs
 from jaxlab.formats._scales import (
     MAX_COLUMN_BLOCK,
@@ -62,39 +66,44 @@ def ordered_sum(v: Array) -> Array:
   return v[..., 0]
 
 
-def _block_err(x: Array, xhat: Array, p: float, block_sum) -> Array:
-  d = jnp.abs(x - xhat)
+def _block_err(xs: Array, r: Array, p: float, block_sum) -> Array:
+  d = jnp.abs(xs - r)
   return block_sum(d * d if p == 2.0 else d ** p)
 
 
-def _candidates(xb: Array, s_enc: Array, s_dec: Array, key: Array | None, amax_b: Array):
-  """Both candidates per element: (codes_f, sb_f, xh_f, codes_i, sb_i, xh_i)."""
+def _candidates(xs: Array, s_enc: Array, key: Array | None, amax_b: Array):
+  """Both candidates of xs = x * S_enc: (codes_f, sb_f, r_f, codes_i, sb_i, r_i).
+
+  r = element value * s_b = x_hat / S_dec, an exact product (an E4M3 significand of
+  4 bits times an element of at most 3), so x_hat = r * S_dec as `decode` forms it.
+  """
   kf = ki = None
   if key is not None:
     kf, ki = jax.random.split(key)
-  codes_f, sb_f, xh_f = nvfp4_blocks(xb, s_enc, s_dec, kf, amax_b=amax_b)
+  codes_f, sb_f, sv_f, vals_f = e2m1_candidate(xs, amax_b, s_enc, kf)
   sb_i, sv_i = e4m3_scale((amax_b * recip(7.0)) * s_enc)
-  y = safe_div(xb * s_enc, sv_i[..., None])
+  y = safe_div(xs, sv_i[..., None])
   # E1M2 holds k/4 for k = 0..7 with magnitude bits equal to k, so it is an
   # integer rounding of y (no exponent search): the values of
   # `round_float(y / 4, E1M2)` times 4, and its codes.
   k = _grids.round_int(y, 7, key=ki)
   neg = jnp.signbit(k)
   codes_i = (neg.astype(jnp.uint8) << 3) | jnp.abs(k).astype(jnp.uint8)
-  xh_i = (k * sv_i[..., None]) * s_dec
-  return codes_f, sb_f, xh_f, codes_i, sb_i, xh_i
+  return codes_f, sb_f, vals_f * sv_f[..., None], codes_i, sb_i, k * sv_i[..., None]
 
 
-def _select_e1m2(xb, sb_i, xh_f, xh_i, select_p, block_sum) -> Array:
-  """Per block: True where E1M2 errs strictly less and its scale byte is nonzero.
+def _select_e1m2(xs, sb_i, r_f, r_i, select_p, block_sum) -> Array:
+  """Per block: True where E1M2 errs strictly less on xs = x * S_enc and its scale byte is
+  nonzero.
 
   Only finite elements count: a saturated +-Inf would add ~amax^2 to both errors and leave
-  the choice to float32 rounding (jit and eager could then disagree).
+  the choice to float32 rounding (jit and eager could then disagree). (xs is finite
+  exactly where x is: |x| <= amax(T) keeps |xs| <= 2688.)
   """
-  fin = finite(xb)
-  xf = jnp.where(fin, xb, 0.0)
-  err_i = _block_err(xf, jnp.where(fin, xh_i, 0.0), select_p, block_sum)
-  err_f = _block_err(xf, jnp.where(fin, xh_f, 0.0), select_p, block_sum)
+  fin = finite(xs)
+  xf = jnp.where(fin, xs, 0.0)
+  err_i = _block_err(xf, jnp.where(fin, r_i, 0.0), select_p, block_sum)
+  err_f = _block_err(xf, jnp.where(fin, r_f, 0.0), select_p, block_sum)
   return (err_i < err_f) & (sb_i > 0)
 
 
@@ -112,11 +121,12 @@ def mixfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = Non
     block_sum = functools.partial(jnp.sum, axis=-1)
   if amax_b is None:
     amax_b = block_amax(xb)
-  codes_f, sb_f, xh_f, codes_i, sb_i, xh_i = _candidates(xb, s_enc, s_dec, key, amax_b)
-  use_i = _select_e1m2(xb, sb_i, xh_f, xh_i, select_p, block_sum)
+  xs = xb * s_enc
+  codes_f, sb_f, r_f, codes_i, sb_i, r_i = _candidates(xs, s_enc, key, amax_b)
+  use_i = _select_e1m2(xs, sb_i, r_f, r_i, select_p, block_sum)
   codes = jnp.where(use_i[..., None], codes_i, codes_f)
   sb = jnp.where(use_i, sb_i | jnp.uint8(0x80), sb_f)
-  return codes, sb, jnp.where(use_i[..., None], xh_i, xh_f)
+  return codes, sb, jnp.where(use_i[..., None], r_i, r_f) * s_dec
 
 
 def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
@@ -129,19 +139,20 @@ def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
   candidate tensor is ever written to memory.
   """
   s_enc, s_dec = tensor_scales(amax_b)
+  xs = xb * s_enc
 
   def scale_bytes():
-    _, sb_f, xh_f, _, sb_i, xh_i = _candidates(xb, s_enc, s_dec, key, amax_b)
-    use_i = _select_e1m2(xb, sb_i, xh_f, xh_i, fmt.select_p, ordered_sum)
+    _, sb_f, r_f, _, sb_i, r_i = _candidates(xs, s_enc, key, amax_b)
+    use_i = _select_e1m2(xs, sb_i, r_f, r_i, fmt.select_p, ordered_sum)
     return jnp.where(use_i, sb_i | jnp.uint8(0x80), sb_f)
 
   sb = jax.lax.cond(s_enc > 0, scale_bytes, lambda: jnp.zeros(amax_b.shape, jnp.uint8))
-  codes_f, _, xh_f, codes_i, _, xh_i = _candidates(xb, s_enc, s_dec, key, amax_b)
+  codes_f, _, r_f, codes_i, _, r_i = _candidates(xs, s_enc, key, amax_b)
   use_i = (sb >> 7)[..., None] == 1
-  return jnp.where(use_i, codes_i, codes_f), sb, jnp.where(use_i, xh_i, xh_f), s_dec
+  return jnp.where(use_i, codes_i, codes_f), sb, jnp.where(use_i, r_i, r_f) * s_dec, s_dec
 
 
-def _rne_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Array, p: float,
+def _rne_errors(xb: Array, s_enc: Array, sv_f: Array, sv_i: Array, p: float,
                 all_finite: bool = True) -> tuple[Array, Array]:
   """Both candidates' block errors (err_i, err_f) [..., nb] with round-to-nearest.
 
@@ -153,8 +164,8 @@ def _rne_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Array,
   before summing: several times slower). Non-finite elements count as 0, as in
   `_select_e1m2` (`all_finite=True` promises there are none).
   """
-  def err(x, xh):
-    d = x - xh
+  def err(xs, r):
+    d = xs - r
     # d * d == |d| * |d| exactly (the sign does not reach a product).
     return d * d if p == 2.0 else jnp.abs(d) ** p
 
@@ -165,13 +176,12 @@ def _rne_errors(xb: Array, s_enc: Array, s_dec: Array, sv_f: Array, sv_i: Array,
   inv_f, inv_i = (1.0 / jnp.where(sv > 0, sv, 1.0) for sv in (sv_f, sv_i))
 
   def candidates(x, svf, svi, invf, invi):
-    # Both candidates keep x's sign, so x - x_hat = sign(x) * (|x| - |x_hat|) exactly
-    # (and the squares agree): the errors are computed on |x|, with no signs to carry.
-    a = jnp.abs(x) if all_finite else finite_abs(x)
-    xs = a * s_enc
+    # Both candidates keep x's sign, so xs - r = sign(x) * (|xs| - |r|) exactly (and
+    # the squares agree): the errors are computed on |x|, with no signs to carry.
+    xs = (jnp.abs(x) if all_finite else finite_abs(x)) * s_enc
     vals_f = _grids.round_e2m1_values_nonneg(xs * invf)
     k = _grids.round_int_finite(xs * invi, 7, nonneg=True)
-    return err(a, (k * svi) * s_dec), err(a, (vals_f * svf) * s_dec)
+    return err(xs, k * svi), err(xs, vals_f * svf)
 
   bs = xb.shape[-1]
   if bs > MAX_COLUMN_BLOCK:
@@ -195,7 +205,7 @@ def _rne_scale_bytes(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
     # XLA would compute each in a small loop of its own and pass the arrays in).
     sb_f, sv_f = e4m3_scale_finite((amax_b * recip(6.0)) * s_enc)
     sb_i, sv_i = e4m3_scale_finite((amax_b * recip(7.0)) * s_enc)
-    err_i, err_f = _rne_errors(xb, s_enc, s_dec, sv_f, sv_i, fmt.select_p, all_finite)
+    err_i, err_f = _rne_errors(xb, s_enc, sv_f, sv_i, fmt.select_p, all_finite)
     use_i = (err_i < err_f) & (sb_i > 0)
     return jnp.where(use_i, sb_i | jnp.uint8(0x80), sb_f)
 

@@ -35,10 +35,17 @@ def nvfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = None
   """
   if amax_b is None:
     amax_b = block_amax(xb)
-  sb, sv = e4m3_scale((amax_b * recip(6.0)) * s_enc)
-  y = safe_div(xb * s_enc, sv[..., None])
-  codes, vals = _grids.round_float(y, E2M1, key=key)
+  codes, sb, sv, vals = e2m1_candidate(xb * s_enc, amax_b, s_enc, key)
   return codes, sb, (vals * sv[..., None]) * s_dec
+
+
+def e2m1_candidate(xs: Array, amax_b: Array, s_enc: Array, key: Array | None = None
+                   ) -> tuple[Array, Array, Array, Array]:
+  """NVFP4's blocks of xs = x * S_enc [..., nb, bs]: (codes, scale bytes, scale values s_b,
+  element values). x_hat = (values * s_b) * S_dec; MixFP4 takes it as its E2M1 candidate."""
+  sb, sv = e4m3_scale((amax_b * recip(6.0)) * s_enc)
+  codes, vals = _grids.round_float(safe_div(xs, sv[..., None]), E2M1, key=key)
+  return codes, sb, sv, vals
 
 
 def tensor_scales(amax_b: Array) -> tuple[Array, Array]:

@@ -74,6 +74,24 @@ def test_mixfp4_block_error_never_exceeds_nvfp4(x, mult):
   assert np.all(em <= en * (1 + 2.0 ** -20) + 1e-30), (em - en).max()
 
 
+@pytest.mark.parametrize("k", [-100, -60, 60, 100])
+def test_mixfp4_choice_is_invariant_to_power_of_two_scaling(k):
+  # S_enc = 2688 / amax(T) turns x * 2**k into the same x * S_enc, so the codes and the
+  # flagged scale bytes are the same and the values scale exactly. Block errors taken
+  # on x itself underflow (k = -100: E1M2 was never chosen) or overflow (k = 100).
+  x = jax.random.normal(jax.random.key(3), (64, 256))
+  c = np.float32(2.0 ** k)
+  for key in (None, jax.random.key(4)):  # round to nearest; stochastic rounding
+    q0, q = F.quantize(x, "mixfp4", key=key), F.quantize(x * c, "mixfp4", key=key)
+    assert 0.2 < np.mean(np.asarray(q0.scales) >> 7) < 0.8  # both candidates are chosen
+    np.testing.assert_array_equal(np.asarray(q.scales), np.asarray(q0.scales))
+    np.testing.assert_array_equal(np.asarray(q.codes), np.asarray(q0.codes))
+    np.testing.assert_array_equal(np.asarray(F.dequantize(q)),
+                                  np.asarray(F.dequantize(q0)) * c)
+  np.testing.assert_array_equal(np.asarray(F.fake_quant(x * c, "mixfp4")),
+                                np.asarray(F.fake_quant(x, "mixfp4")) * c)
+
+
 def test_error_bounds_and_ordering():
   x = jax.random.normal(jax.random.key(0), (64, 256))
   sq = {n: float(F.sqnr_db(x, F.fake_quant(x, n))) for n in ("nvfp4", "mixfp4", "mxfp4")}
