@@ -251,20 +251,32 @@ def round_e2m1_finite(y: Array, *, nonneg: bool = False) -> tuple[Array, Array]:
   return codes.astype(jnp.uint8), vals
 
 
+def _step_constant(a: Array, mbits: int, lo: Array | int, hi: Array | int | None = None
+                   ) -> tuple[Array, Array]:
+  """(e, c) for float32 `a` >= +0: a's exponent field clamped to [lo, hi] and the magic
+  constant c = 1.5 * 2**23 * step of the step 2**(e - mbits) of a binade with mbits
+  mantissa bits.
+
+  Adding c leaves float32 an ulp of `step` (while a < 2**22 * step), so a + c rounds a
+  half to even to a multiple of it, and both (a + c) - c and the count of steps
+  bits(a + c) - bits(c) are exact: c's exponent field is e plus 23 - mbits (a few
+  integer operations, no compares or selects).
+  """
+  e = jnp.maximum(jax.lax.bitcast_convert_type(a, jnp.int32) & 0x7F800000, lo)
+  if hi is not None:
+    e = jnp.minimum(e, hi)
+  return e, jax.lax.bitcast_convert_type(e + (((23 - mbits) << 23) | 0x400000), jnp.float32)
+
+
 def _round_to_step_nonneg(a: Array, grid: FloatGrid) -> Array:
   """Float32 `a` >= +0 rounded half to even to a multiple of `grid`'s step at a's binade
   (no saturation; callers clamp `a` first, which also keeps c below finite range).
 
   The step is 2**(e - mbits) for a in [2**e, 2**(e + 1)), e >= emin, and 2**(emin -
-  mbits) below 2**emin (the grid's subnormals). Adding c = 1.5 * 2**23 * step leaves
-  float32 an ulp of `step`, so the sum rounds a half to even to a multiple of it, and
-  subtracting c back is exact: c's exponent field is a's, floored at 2**emin's, plus
-  23 - mbits (three integer operations, no compares or selects).
+  mbits) below 2**emin (the grid's subnormals): `_step_constant` with a's exponent
+  floored at 2**emin's.
   """
-  exponent = jnp.maximum(jax.lax.bitcast_convert_type(a, jnp.int32) & 0x7F800000,
-                         (127 + grid.emin) << 23)
-  c = jax.lax.bitcast_convert_type(exponent + (((23 - grid.mbits) << 23) | 0x400000),
-                                   jnp.float32)
+  c = _step_constant(a, grid.mbits, (127 + grid.emin) << 23)[1]
   return (a + c) - c
 
 
@@ -301,7 +313,8 @@ def round_e4m3_nonneg_finite(v: Array) -> tuple[Array, Array]:
 def round_e2m1_or_int_finite(y: Array, to_int: Array) -> tuple[Array, Array]:
   """Non-NaN y rounded to E2M1, or where `to_int` to the integers -7..7: (int32 codes, values).
 
-  MixFP4's pass 2 in one datapath, each element rounded once to its block's grid:
+  MixFP4's second pass in one datapath (x_hat for `fake`; `e2m1_or_int_codes` gives the
+  codes), each element rounded once to its block's grid:
   E1M2's k/4 is stored as the integer k, i.e. a single binade with step 1 (infinite
   binade thresholds) and cap 7 instead of E2M1's steps 0.5 / 1 / 2 and cap 6. The same
   bits as `round_e2m1_finite(y)` where `to_int` is False and as `round_int_finite(y, 7)`
@@ -314,6 +327,23 @@ def round_e2m1_or_int_finite(y: Array, to_int: Array) -> tuple[Array, Array]:
   vals = _with_sign(sign, n * jnp.where(ge4, 2.0, jnp.where(ge2 | to_int, 1.0, 0.5)))
   codes = n.astype(jnp.int32) + jnp.where(ge4, 4, jnp.where(ge2, 2, 0))
   return jnp.where(sign != 0, 8, 0) | codes, vals
+
+
+def e2m1_or_int_codes(y: Array, to_int: Array | bool) -> Array:
+  """`round_e2m1_or_int_finite(y, to_int)[0]`, the int32 codes alone, read from the bits.
+
+  For the codes of the XLA quantize paths (NVFP4 with `to_int=False`, MixFP4's pass 2):
+  |y| is clamped to 6 (7 where `to_int`) and counted in steps of its E2M1 binade by
+  `_step_constant`, its exponent clamped to E2M1's binades [1, 4] (steps 0.5, 1, 2; to 2's,
+  step 1, where `to_int`): n = bits(|y| + c) - bits(c), rounded half to even. The code is
+  n plus two per binade above the first (E2M1), or n (the integer k). No float compares
+  or selects per element; non-NaN y only (±Inf saturates), as for `_finite`.
+  """
+  sign, a = _sign_and_clamped_abs(y, jnp.where(to_int, 7.0, 6.0), nonneg=False)
+  lo = jnp.where(to_int, 128 << 23, 127 << 23)
+  e, c = _step_constant(a, E2M1.mbits, lo, jnp.where(to_int, 128 << 23, 129 << 23))
+  n = jax.lax.bitcast_convert_type(a + c, jnp.int32) - jax.lax.bitcast_convert_type(c, jnp.int32)
+  return jnp.where(sign != 0, 8, 0) | (n + ((e - lo) >> (23 - E2M1.mbits)))
 
 
 def round_int_finite(y: Array, qmax: int, *, nonneg: bool = False) -> Array:

@@ -226,7 +226,7 @@ def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
   inv, e1m2 = _inverses_and_flags(sb)
 
   def code(v):
-    return _grids.round_e2m1_or_int_finite(scaled(v, s_enc, inv), e1m2)[0]
+    return _grids.e2m1_or_int_codes(scaled(v, s_enc, inv), e1m2)
 
   return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
 

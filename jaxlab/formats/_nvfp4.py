@@ -86,7 +86,7 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite:
     s_enc, s_dec, sb, inv = _rne_scales(amax_b)
 
     def code(v):
-      return _grids.round_e2m1_finite(scaled(v, s_enc, inv))[0].astype(jnp.int32)
+      return _grids.e2m1_or_int_codes(scaled(v, s_enc, inv), False)
 
     return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
   s_enc, s_dec = tensor_scales(amax_b)

@@ -73,6 +73,21 @@ def test_e4m3_scales_by_magic_constant_equal_round_float():
                                 np.asarray(want_vals).view(np.uint32))
 
 
+@pytest.mark.parametrize("to_int", [False, True])
+def test_codes_from_bits_equal_one_datapath_codes(to_int):
+  # The quantize paths' codes (`e2m1_or_int_codes`): every 2039th float32 bit pattern of
+  # either sign up to ±Inf (all binades, float32 subnormals, saturation), grid points,
+  # midpoints and their neighbours; per element and with a Python bool (NVFP4).
+  sweep = np.arange(0, 0x7F800001, 2039, dtype=np.int64).astype(np.int32).view(np.float32)
+  y = jnp.asarray(np.concatenate([sweep, -sweep, _probe(), [np.inf, -np.inf]]).astype(np.float32))
+  want = jax.jit(_grids.round_e2m1_or_int_finite)(y, jnp.full(y.shape, to_int))[0]
+  got = jax.jit(_grids.e2m1_or_int_codes)(y, jnp.full(y.shape, to_int))
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  if not to_int:
+    got = jax.jit(lambda v: _grids.e2m1_or_int_codes(v, False))(y)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_mixfp4_one_datapath_rounding_equals_both_roundings():
   y = jnp.asarray(np.concatenate([_probe(), np.float32([np.inf, -np.inf])]))
   for e1m2 in (False, True):
