@@ -24,8 +24,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.formats = ("fp8_e4m3", "int4_g16", "mxfp4_floor", "mxfp4_rceil", "nvfp4", "mixfp4")
   c.repeats = 7          # rounds with the NumPy baselines
   c.xla_repeats = 31     # rounds of copy / XLA quantize / XLA dequantize alone (ms each)
+  c.xla_batches = 5      # batches of those rounds; the XLA-only fractions are their medians
   if preset == "smoke":
-    c.rows, c.cols, c.repeats, c.xla_repeats = 64, 512, 2, 2
+    c.rows, c.cols, c.repeats, c.xla_repeats, c.xla_batches = 64, 512, 2, 2, 2
     c.formats = ("nvfp4", "mixfp4")
   elif preset == "full":
     c.rows, c.cols, c.repeats, c.xla_repeats = 4096, 4096, 11, 31

@@ -9,12 +9,16 @@ For every format, in one process with interleaved repeats (medians):
   * copy: an XLA elementwise pass over a same-size float32 array (read + write,
     `x + 1`), the bandwidth reference. `*_frac_of_copy` = copy time / op time in
     the rounds with the NumPy baselines; `*_frac_of_copy_xla_only` the same in
-    `xla_repeats` rounds of copy, quantize and dequantize alone (no NumPy memory
-    churn in between: the copy, all output, gains the most there).
+    rounds of copy, quantize and dequantize alone (no NumPy memory churn in
+    between: the copy, all output, gains the most there): the median over
+    `xla_batches` batches of `xla_repeats` rounds, each batch's fraction listed in
+    `*_frac_of_copy_xla_only_batches` (the copy's time drifts with the machine's
+    memory traffic, so single batches of the same code spread by +-10%).
 Ratios: `xla_over_numpy` = NumPy time / XLA time (a speed-up).
 """
 
 import functools
+import statistics
 from typing import Any
 
 import jax
@@ -172,9 +176,10 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
     # The same XLA ops in rounds of their own: between the NumPy calls (which allocate
     # and free hundreds of MB) a fresh 16 MiB output costs page faults, and the copy,
     # all output, slows down the most; without them it runs at full speed.
-    t_xla = time_interleaved(xla, repeats=config.xla_repeats)
+    t_xla = [time_interleaved(xla, repeats=config.xla_repeats) for _ in range(config.xla_batches)]
     med = {k: v["median_s"] for k, v in t.items()}
-    med_x = {k: v["median_s"] for k, v in t_xla.items()}
+    frac_x = {op: [tb["copy"]["median_s"] / tb[f"xla_{op}"]["median_s"] for tb in t_xla]
+              for op in ("quantize", "dequantize")}
     r = {
         "timings": t, "xla_only_timings": t_xla, "same_bytes_as_numpy": bool(same),
         "scale_bytes_differing_from_numpy": scale_bytes_differing,
@@ -184,13 +189,16 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
         "dequantize_gbps_xla": nbytes / med["xla_dequantize"] / 1e9,
         "dequantize_gbps_numpy": nbytes / med["numpy_dequantize"] / 1e9,
         "copy_gbps": nbytes / med["copy"] / 1e9,
-        "copy_gbps_xla_only": nbytes / med_x["copy"] / 1e9,
+        "copy_gbps_xla_only": nbytes / statistics.median(tb["copy"]["median_s"] for tb in t_xla)
+                              / 1e9,
         "quantize_xla_over_numpy": med["numpy_quantize"] / med["xla_quantize"],
         "dequantize_xla_over_numpy": med["numpy_dequantize"] / med["xla_dequantize"],
         "quantize_frac_of_copy": med["copy"] / med["xla_quantize"],
         "dequantize_frac_of_copy": med["copy"] / med["xla_dequantize"],
-        "quantize_frac_of_copy_xla_only": med_x["copy"] / med_x["xla_quantize"],
-        "dequantize_frac_of_copy_xla_only": med_x["copy"] / med_x["xla_dequantize"],
+        "quantize_frac_of_copy_xla_only": statistics.median(frac_x["quantize"]),
+        "dequantize_frac_of_copy_xla_only": statistics.median(frac_x["dequantize"]),
+        "quantize_frac_of_copy_xla_only_batches": frac_x["quantize"],
+        "dequantize_frac_of_copy_xla_only_batches": frac_x["dequantize"],
     }
     out["formats"][name] = r
     for key in ("quantize_xla_over_numpy", "dequantize_xla_over_numpy", "quantize_frac_of_copy",
