@@ -253,9 +253,9 @@ def round_e2m1_finite(y: Array, *, nonneg: bool = False) -> tuple[Array, Array]:
 
 def _step_constant(a: Array, mbits: int, lo: Array | int, hi: Array | int | None = None
                    ) -> tuple[Array, Array]:
-  """(e, c) for float32 `a` >= +0: a's exponent field clamped to [lo, hi] and the magic
-  constant c = 1.5 * 2**23 * step of the step 2**(e - mbits) of a binade with mbits
-  mantissa bits.
+  """(e, c) for float32 `a` >= +0: e is a's exponent field clamped to [lo, hi], and c =
+  1.5 * 2**23 * step the magic constant of that binade's step 2**(E - mbits) (E: e's
+  unbiased exponent; mbits: the grid's mantissa bits).
 
   Adding c leaves float32 an ulp of `step` (while a < 2**22 * step), so a + c rounds a
   half to even to a multiple of it, and both (a + c) - c and the count of steps
