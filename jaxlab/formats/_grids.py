@@ -332,8 +332,8 @@ def round_e2m1_or_int_finite(y: Array, to_int: Array) -> tuple[Array, Array]:
 def e2m1_or_int_codes(y: Array, to_int: Array | bool) -> Array:
   """`round_e2m1_or_int_finite(y, to_int)[0]`, the int32 codes alone, read from the bits.
 
-  For the codes of the XLA quantize paths (NVFP4 with `to_int=False`, MixFP4's pass 2):
-  |y| is clamped to 6 (7 where `to_int`) and counted in steps of its E2M1 binade by
+  For the codes of the XLA quantize paths (NVFP4 and MXFP4 with `to_int=False`, MixFP4's
+  pass 2): |y| is clamped to 6 (7 where `to_int`) and counted in steps of its E2M1 binade by
   `_step_constant`, its exponent clamped to E2M1's binades [1, 4] (steps 0.5, 1, 2; to 2's,
   step 1, where `to_int`): n = bits(|y| + c) - bits(c), rounded half to even. The code is
   n plus two per binade above the first (E2M1), or n (the integer k). No float compares

@@ -40,7 +40,7 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
   e = mx_scale_exponent(amax_b, fmt.scale_rule)
   y = xb * _grids.exp2i(-e)[..., None]  # exact: multiply by a power of two
   if all_finite and key is None:
-    codes, _ = _grids.round_e2m1_finite(y)
+    codes = _grids.e2m1_or_int_codes(y, False).astype(jnp.uint8)
   else:
     codes, _ = _grids.round_float(y, E2M1, key=key)
   return (pack_nibbles(codes), (e + _grids.E8M0_BIAS).astype(jnp.uint8),
