@@ -3,11 +3,13 @@
   python -m launch.bench --only=lm_train [--preset=quick]
 
 For each model below, jaxlab's `Transformer` + `train.make_train_step`
-(AdamW + clip_by_global_norm) and the same model and step written in PyTorch
-eager (`torch.set_num_threads(config.torch_threads)`) are timed interleaved in
-one process, median of `repeats`. Reports tokens/s of both and the ratio
+(AdamW + clip_by_global_norm) on one device, the same step data parallel over
+`cpu_devices` CPU devices (what `--cpu_devices=2` gives a training run), and the
+same model and step written in PyTorch eager
+(`torch.set_num_threads(config.torch_threads)`) are timed interleaved in one
+process, median of `repeats`. Reports tokens/s of each and the ratios
 jaxlab / torch (goal >= 1.0 on 2 CPU cores, issue 18). Without torch the
-comparison is skipped with a message and only jaxlab's tokens/s is reported.
+comparison is skipped with a message and only jaxlab's tokens/s are reported.
 quick: ~3 min on 2 idle cores with torch; smoke: a few seconds, no timing claims.
 """
 
@@ -25,6 +27,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.repeats = 7
   c.warmup = 2
   c.torch_threads = 2
+  # jaxlab's data parallel step uses as many CPU devices as torch uses threads (the
+  # cores); `launch.bench` splits the CPU before the first JAX computation.
+  c.cpu_devices = 2
   c.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=1e-3, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0))
   c.models = ml_collections.ConfigDict(dict(

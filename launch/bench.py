@@ -4,13 +4,16 @@ r"""Runs the benchmarks `configs/bench_*.py` and writes their ratios as JSON.
 
 Each benchmark times ours against a baseline side by side in this one
 process (`jaxlab.benchmarking.time_interleaved`: interleaved repeats,
-medians) and reports ratios; see `launch.runner.bench`.
+medians) and reports ratios; see `launch.runner.bench`. The host CPU is split
+into the JAX devices the selected benchmarks ask for (`config.cpu_devices`,
+e.g. lm_train's data parallel step), or into `--cpu_devices`.
 """
 
 import os
 
 from absl import app, flags, logging
 
+from launch.cpu_devices import CPU_DEVICES
 from launch.runner import bench
 
 _OUT = flags.DEFINE_string("out", "runs/bench/bench.json", "Where to write the JSON.")
@@ -23,7 +26,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  bench(_OUT.value, _PRESET.value, _ONLY.value)
+  bench(_OUT.value, _PRESET.value, _ONLY.value, cpu_devices=CPU_DEVICES.value)
   print(f"BENCH: {os.path.abspath(_OUT.value)}")
 
 

@@ -10,6 +10,8 @@ cluster, or `--coordinator_address`, `--num_processes`, `--process_id`, which
 imply it); a process that cannot reach the coordinator within
 `--distributed_timeout_s` exits 1 with a one-line error, never hangs. In a
 multi-process run only process 0 writes config.json, metrics and results.
+`--cpu_devices=N` splits the host CPU into N JAX devices, so a training run is
+data parallel over its cores (`launch.cpu_devices`).
 
 Exit status: 0 on success; 1 on any failure (a bad config, a failed checkpoint
 save, a loss that became non-finite), within seconds: a failure never waits on
@@ -26,6 +28,8 @@ import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from launch import cpu_devices
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file and preset, e.g. configs/lm.py:quick.",
@@ -153,6 +157,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  cpu_devices.apply()
   _initialize_distributed()
   import jax
   if jax.process_index() != 0:  # one log (and one summary) per run, from process 0

@@ -1,6 +1,6 @@
 r"""Runs every registered experiment's preset and writes REPORT.md.
 
-  python -m launch.reproduce --workdir=runs/demo --preset=quick [--only=lm]
+  python -m launch.reproduce --workdir=runs/demo --preset=quick [--only=lm] [--cpu_devices=2]
 
 Each experiment runs in `workdir/<name>` (resuming if it ran before); the
 report (paper claim, baseline, ours, verdict, plots) goes to
@@ -12,6 +12,7 @@ import os
 
 from absl import app, flags, logging
 
+from launch import cpu_devices
 from launch.runner import reproduce
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Root directory of the runs and report.")
@@ -24,6 +25,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  cpu_devices.apply()
   path, failures = reproduce(_WORKDIR.value, _PRESET.value, _ONLY.value)
   print(f"REPORT: {os.path.abspath(path)}")
   if failures:

@@ -71,19 +71,30 @@ def available_benchmarks() -> list[str]:
   return [n[len("bench_"):] for n in config_names() if n.startswith("bench_")]
 
 
-def bench(out: str, preset: str, only: list[str] | None = None) -> dict:
+def bench(out: str, preset: str, only: list[str] | None = None,
+          cpu_devices: int | None = None) -> dict:
   """Runs the benchmarks and writes `{name: results}` as JSON to `out`.
 
   A benchmark is `configs/bench_<name>.py` (with `config.benchmark = name`)
   plus `jaxlab.experiments.bench_<name>.run_benchmark(config) -> dict`.
+  The host CPU is first split into `cpu_devices` JAX devices (default: the most
+  any selected config asks for, `config.cpu_devices`); a process that already ran
+  JAX keeps its devices, and a benchmark that needs more says it skipped that part.
   """
   names = list(only or available_benchmarks())
   unknown = sorted(set(names) - set(available_benchmarks()))
   if unknown:
     raise ValueError(f"Unknown benchmarks {unknown}; available: {available_benchmarks()}")
+  configs = {name: load_config(f"bench_{name}", preset) for name in names}
+  if cpu_devices is None:
+    cpu_devices = max([c.get("cpu_devices", 1) for c in configs.values()], default=1)
+  if cpu_devices > 1:
+    try:
+      train.use_cpu_devices(cpu_devices)
+    except RuntimeError as e:
+      print(f"[bench] keeping this process's devices: {e}", file=sys.stderr)
   results = {}
-  for name in names:
-    config = load_config(f"bench_{name}", preset)
+  for name, config in configs.items():
     module = importlib.import_module(f"jaxlab.experiments.bench_{config.benchmark}")
     results[name] = report.to_jsonable(module.run_benchmark(config))
     print(f"[bench] {name}: {json.dumps(results[name].get('ratios', {}))}", file=sys.stderr)

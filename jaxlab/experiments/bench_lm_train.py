@@ -3,18 +3,29 @@
 For each model of `config.models` (name -> model sizes + batch_size, seq_len):
   * jaxlab: `jaxlab.nn.Transformer` + `jaxlab.train.make_train_step` (donated
     state) with `clip_by_global_norm` + `optax.adamw`, next-byte cross-entropy;
+  * jaxlab_dp<n> (`config.cpu_devices` = n > 1): jaxlab's step data parallel
+    over n CPU devices (`make_mesh` over them, batch split on 'data', state
+    replicated), i.e. what `--cpu_devices=n` gives a training run. It needs a
+    process whose CPU was split into >= n devices before its first computation
+    (`launch.bench` does it, `jaxlab.train.use_cpu_devices`); elsewhere it is
+    skipped with a message (`data_parallel_skipped`);
   * torch: the same decoder (RMSNorm, RoPE rotate-half, GQA through
     `scaled_dot_product_attention(is_causal=True, enable_gqa=True)`, SwiGLU,
     bias-free projections) started from jaxlab's initial weights, with
     `clip_grad_norm_` + `torch.optim.AdamW` (same hyper-parameters), eager,
     `torch.set_num_threads(config.torch_threads)`.
-Both steps train on one fixed random batch; the candidates are timed
+All steps train on one fixed random batch; the candidates are timed
 interleaved (`time_interleaved`, median of `config.repeats`) in this process.
-`ratios.<model>` = jaxlab tokens/s / torch tokens/s (>= 1.0: jaxlab at least
-as fast). Before timing, the first two losses of both steps (same weights,
-same batch) are compared (`torch_first_losses_max_abs_diff`, must be < 1e-3),
-so the two really are the same model and optimizer step. torch is optional: without it the comparison is skipped
-with a message (`torch_skipped`) and only jaxlab's tokens/s is reported.
+`ratios.<model>_jaxlab_over_torch_tokens_per_s` = jaxlab tokens/s / torch
+tokens/s on one device (>= 1.0: jaxlab at least as fast),
+`<model>_jaxlab_dp<n>_over_torch_tokens_per_s` the same data parallel, and
+`<model>_jaxlab_dp<n>_over_jaxlab_tokens_per_s` data parallel's speed-up. Before
+timing, the first two losses of each step (same weights, same batch) are
+compared with the one-device step's (`<name>_first_losses_max_abs_diff`: < 1e-3
+for torch, < 1e-4 for data parallel, whose only difference is float summation
+order), so all really are the same model and optimizer step. torch is optional:
+without it the comparison is skipped with a message (`torch_skipped`) and only
+jaxlab's tokens/s are reported.
 """
 
 import math
@@ -135,6 +146,25 @@ def _torch_model(cfg: TransformerConfig, params: Any):
   return Decoder()
 
 
+def _jax_step(model: Transformer, tx, host_state, batch_np: np.ndarray, mesh=None):
+  """A zero-argument jaxlab training step from `host_state` on `batch_np` (returns the loss);
+  with `mesh`, data parallel over it (batch split on 'data', state replicated)."""
+  state_sharding = batch_sharding = None
+  if mesh is not None:
+    state_sharding = train.state_sharding(host_state, mesh, fsdp=False)
+    batch_sharding = train.batch_sharding(mesh)
+  step = train.make_train_step(next_byte_loss(model), tx, state_sharding=state_sharding,
+                               batch_sharding=batch_sharding)
+  state = [jax.device_put(host_state, state_sharding)]
+  batch = jax.device_put(batch_np, batch_sharding)
+
+  def run():
+    state[0], metrics = step(state[0], batch)
+    return metrics["loss"]
+
+  return run
+
+
 def _torch_step(model, opt: ml_collections.ConfigDict, batch: np.ndarray):
   """A zero-argument training step of `model` on `batch`, and its first loss."""
   optimizer = torch.optim.AdamW(model.parameters(), lr=opt.learning_rate, betas=(opt.b1, opt.b2),
@@ -165,24 +195,32 @@ def _bench_model(spec: dict, config: ml_collections.ConfigDict) -> dict:
   params = model.init(jax.random.key(config.seed), batch[:, :-1])["params"]
   num_params = sum(int(x.size) for x in jax.tree.leaves(params))
   tx = _optimizer(config.optimizer)
-  jax_step = train.make_train_step(next_byte_loss(model), tx)
-  state = {"jax": train.create_train_state(params, tx, seed=config.seed)}
   out: dict[str, Any] = {"num_params": num_params, "tokens_per_step": b * t}
-
-  def run_jax():
-    state["jax"], metrics = jax_step(state["jax"], batch)
-    return metrics["loss"]
-
-  candidates = {"jaxlab": run_jax}
+  # Every candidate starts from its own copy of the same weights (steps donate their state).
+  host_state = jax.tree.map(np.asarray, train.create_train_state(params, tx, seed=config.seed))
+  candidates = {"jaxlab": _jax_step(model, tx, host_state, batch_np)}
+  n = config.get("cpu_devices", 1)
+  if n > 1:
+    devices = jax.devices()
+    if devices[0].platform != "cpu" or len(devices) < n:
+      out["data_parallel_skipped"] = (
+          f"jaxlab_dp{n} needs {n} CPU devices, this process has {len(devices)} "
+          f"{devices[0].platform} device(s): run launch.bench or call "
+          f"jaxlab.train.use_cpu_devices({n}) first")
+      print(f"[bench lm_train] {out['data_parallel_skipped']}", file=sys.stderr)
+    else:
+      mesh = train.make_mesh(devices=devices[:n])
+      candidates[f"jaxlab_dp{n}"] = _jax_step(model, tx, host_state, batch_np, mesh)
   if torch is not None:
     torch.set_num_threads(config.torch_threads)
-    torch_model = _torch_model(cfg, params)
-    run_torch = _torch_step(torch_model, config.optimizer, batch_np)
-    # Both start from the same weights and batch: their first two losses (the
-    # second one after one clipped AdamW update) agree if the steps are the same.
-    diffs = [abs(float(run_jax()) - float(run_torch())) for _ in range(2)]
-    out["torch_first_losses_max_abs_diff"] = max(diffs)
-    candidates["torch"] = run_torch
+    candidates["torch"] = _torch_step(_torch_model(cfg, params), config.optimizer, batch_np)
+  # All start from the same weights and batch: their first two losses (the second one
+  # after one clipped AdamW update) agree if the steps are the same.
+  first = {name: [float(run()) for _ in range(2)] for name, run in candidates.items()}
+  for name in candidates:
+    if name != "jaxlab":
+      out[f"{name}_first_losses_max_abs_diff"] = max(
+          abs(a - c) for a, c in zip(first[name], first["jaxlab"], strict=True))
   timings = time_interleaved(candidates, repeats=config.repeats, warmup=config.warmup)
   out["timings"] = timings
   out["tokens_per_s"] = {name: b * t / tm["median_s"] for name, tm in timings.items()}
@@ -190,7 +228,7 @@ def _bench_model(spec: dict, config: ml_collections.ConfigDict) -> dict:
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
-  """Times both training steps for every model; see the module docstring."""
+  """Times the training steps of every model; see the module docstring."""
   results: dict[str, Any] = {"models": {}, "ratios": {}}
   if torch is None:
     message = "torch is not importable: the PyTorch comparison is skipped"
@@ -203,11 +241,17 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
   for name, spec in config.models.items():
     res = _bench_model(spec.to_dict(), config)
     results["models"][name] = res
-    if torch is not None:
-      tps = res["tokens_per_s"]
-      results["ratios"][f"{name}_jaxlab_over_torch_tokens_per_s"] = tps["jaxlab"] / tps["torch"]
-      diff = res["torch_first_losses_max_abs_diff"]
-      if not math.isfinite(diff) or diff > 1e-3:
-        raise RuntimeError(f"{name}: the torch baseline is not the same model and step (first "
-                           f"losses differ by {diff})")
+    tps = res["tokens_per_s"]
+    for cand in tps:
+      if cand == "jaxlab":
+        continue
+      # torch differs from jaxlab's step in its kernels, data parallel only in summation order.
+      diff, limit = res[f"{cand}_first_losses_max_abs_diff"], 1e-3 if cand == "torch" else 1e-4
+      if not (math.isfinite(diff) and diff < limit):
+        raise RuntimeError(f"{name}: {cand} is not the same model and step as jaxlab's (first "
+                           f"losses differ by {diff}, limit {limit})")
+    for cand in tps:
+      for base in ("torch", "jaxlab"):
+        if base in tps and cand not in ("torch", base):
+          results["ratios"][f"{name}_{cand}_over_{base}_tokens_per_s"] = tps[cand] / tps[base]
   return results

@@ -14,6 +14,7 @@ from jaxlab.train.mesh import (
     make_mesh,
     replicated,
     state_sharding,
+    use_cpu_devices,
 )
 from jaxlab.train.metrics import MetricWriter, progress, read_metrics
 from jaxlab.train.schedules import make_schedule, warmup_cosine
@@ -30,5 +31,6 @@ __all__ = [
     "MetricWriter", "NonFiniteLossError", "TrainState", "WorkdirConfigError", "batch_sharding",
     "check_config", "check_or_write_fingerprint", "config_fingerprint", "config_hash",
     "create_train_state", "fsdp_sharding", "make_mesh", "make_schedule", "make_train_step",
-    "progress", "read_metrics", "replicated", "state_sharding", "train_loop", "warmup_cosine",
+    "progress", "read_metrics", "replicated", "state_sharding", "train_loop", "use_cpu_devices",
+    "warmup_cosine",
 ]

@@ -78,6 +78,17 @@ def test_reproduce_writes_report(tmp_path):
     reproduce(str(tmp_path), "smoke", ["nope"])
 
 
+def test_cpu_devices_flag_splits_the_cpu():
+  code = ("import sys; from absl import flags; from launch import cpu_devices; "
+          "flags.FLAGS(sys.argv); cpu_devices.apply(); import jax; print(len(jax.devices()))")
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  out = subprocess.run([sys.executable, "-c", code, "--cpu_devices=3"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.strip() == "3"
+
+
 def test_bench_writes_ratios(tmp_path):
   from launch.runner import bench
   out = str(tmp_path / "bench.json")

@@ -1,7 +1,7 @@
 """Two `jax.distributed` processes on this machine train exactly like one (issue 31).
 
-Each process of `launch.main` gets 2 simulated CPU devices
-(`XLA_FLAGS=--xla_force_host_platform_device_count=2`) and joins the other
+Each process of `launch.main` gets 2 CPU devices (the launcher's
+`--cpu_devices=2`, `jaxlab.train.use_cpu_devices`) and joins the other
 through JAX's coordinator on 127.0.0.1 (`--coordinator_address`,
 `--num_processes`, `--process_id`); cross-process CPU collectives go through
 gloo (`jax_cpu_collectives_implementation`, the launcher's `--cpu_collectives`).
@@ -48,9 +48,10 @@ def _free_port() -> int:
 
 def _start(workdir: str, num_processes: int, devices: int, args: list[str]) -> list:
   """`num_processes` processes of `launch.main` with `devices` CPU devices each."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-  cmd = [sys.executable, "-m", "launch.main", *RUN, *args, f"--workdir={workdir}"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  cmd = [sys.executable, "-m", "launch.main", *RUN, *args, f"--workdir={workdir}",
+         f"--cpu_devices={devices}"]
   if num_processes == 1:
     return [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)]

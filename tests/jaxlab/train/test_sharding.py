@@ -1,18 +1,20 @@
-"""Data-parallel and FSDP steps on 8 simulated CPU devices equal the 1-device step."""
+"""Data-parallel and FSDP steps on 8 CPU devices equal the 1-device step; `use_cpu_devices`."""
 
 import os
 import subprocess
 import sys
 import textwrap
 
+import jax
 import pytest
 
 from jaxlab import train
 
 SCRIPT = textwrap.dedent("""
     import jax, numpy as np, optax
-    assert len(jax.devices()) == 8, jax.devices()
     from jaxlab import data, train
+    train.use_cpu_devices(8)
+    assert len(jax.devices()) == 8, jax.devices()
     from jaxlab.train.lm import next_byte_loss
     from jaxlab.nn import Transformer, TransformerConfig
 
@@ -54,8 +56,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_eight_device_steps_equal_single_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
   out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                        timeout=600)
   assert out.returncode == 0, out.stderr[-4000:]
@@ -71,3 +73,12 @@ def test_make_mesh_validation():
     train.make_mesh({"data": -1, "fsdp": -1})
   with pytest.raises(ValueError, match="do not fit"):
     train.make_mesh({"data": 3})
+
+
+def test_use_cpu_devices_validation():
+  for bad in (0, -2, True):
+    with pytest.raises(ValueError, match="positive int"):
+      train.use_cpu_devices(bad)
+  jax.devices()  # this process's backends are up: its devices are fixed
+  with pytest.raises(RuntimeError, match="before the first JAX computation"):
+    train.use_cpu_devices(2)
