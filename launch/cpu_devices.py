@@ -1,9 +1,10 @@
 """`--cpu_devices=N`: the host CPU as N JAX devices, for data parallel runs over its cores.
 
-Shared by `launch.main`, `launch.reproduce` and `launch.bench`; each calls `apply()`
-first thing in `main`, before any JAX computation. A training run's mesh
-(`config.mesh`, 'data' = -1 by default) then spans the N devices: the batch is split
-over them and the gradients summed (`jaxlab.train.use_cpu_devices`).
+`launch.main` and `launch.reproduce` call `apply()` first thing in `main`, before any
+JAX computation; a training run's mesh (`config.mesh`, 'data' = -1 by default) then
+spans the N devices: the batch is split over them and the gradients summed
+(`jaxlab.train.use_cpu_devices`). `launch.bench` hands the value to
+`launch.runner.bench`, which otherwise splits the CPU as the benchmarks' configs ask.
 """
 
 from absl import flags
