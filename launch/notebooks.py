@@ -12,6 +12,7 @@ runs, its first code cell is replaced by `SETUP_CELL`, the one setup cell every 
 
 import contextlib
 import os
+import tempfile
 
 import nbformat
 from absl import app, flags
@@ -101,25 +102,29 @@ def set_setup_cell(nb: nbformat.NotebookNode) -> bool:
 @contextlib.contextmanager
 def _smoke_env():
   """JAXLAB_SMOKE=1 (and no progress bars, which are noise in saved outputs) in this process's
-  environment, which the kernel inherits."""
-  settings = {"JAXLAB_SMOKE": "1", "TQDM_DISABLE": "1"}
-  old = {k: os.environ.get(k) for k in settings}
-  os.environ.update(settings)
-  try:
-    yield
-  finally:
-    for k, v in old.items():
-      if v is None:
-        del os.environ[k]
-      else:
-        os.environ[k] = v
+  environment, which the kernel inherits, with TMPDIR a fresh folder removed afterwards: the
+  notebooks keep their runs in `tempfile.mkdtemp()` folders (Colab discards them with the
+  runtime), which would otherwise pile up in the system's temp folder run after run."""
+  with tempfile.TemporaryDirectory(prefix="jaxlab_notebook_") as tmp:
+    settings = {"JAXLAB_SMOKE": "1", "TQDM_DISABLE": "1", "TMPDIR": tmp}
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+      yield
+    finally:
+      for k, v in old.items():
+        if v is None:
+          del os.environ[k]
+        else:
+          os.environ[k] = v
 
 
 def execute(path: str, *, timeout: int = 600) -> nbformat.NotebookNode:
   """Runs the notebook at `path` top to bottom on its smoke setting and returns it with outputs.
 
-  The kernel starts in the notebook's folder with `JAXLAB_SMOKE=1`. Saved outputs are ignored
-  (each cell's outputs are replaced by its new ones), never compared.
+  The kernel starts in the notebook's folder with `JAXLAB_SMOKE=1` and a TMPDIR of its own,
+  removed when it ends. Saved outputs are ignored (each cell's outputs are replaced by its new
+  ones), never compared.
 
   Args:
     path: an .ipynb file.

@@ -6,6 +6,7 @@ executes them afresh through the same `launch.notebooks.execute` and never compa
 
 import os
 
+import nbformat
 import pytest
 
 from launch import notebooks
@@ -33,3 +34,15 @@ def test_notebook_executes(path):
   # Every code cell ran in this execution (saved outputs, if any, were replaced, not kept).
   code = [c for c in nb.cells if c.cell_type == "code"]
   assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
+
+
+def test_a_notebooks_temp_files_are_removed_when_it_ends(tmp_path):
+  # The notebooks write their runs to tempfile.mkdtemp() folders; `execute` gives the kernel a
+  # TMPDIR of its own and removes it afterwards.
+  nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+      "import tempfile\nd = tempfile.mkdtemp(prefix='run_')\nprint(d)")])
+  path = tmp_path / "temp.ipynb"
+  nbformat.write(nb, str(path))
+  run_dir = notebooks.execute(str(path), timeout=60).cells[0].outputs[0]["text"].strip()
+  assert os.path.basename(os.path.dirname(run_dir)).startswith("jaxlab_notebook_")
+  assert not os.path.exists(os.path.dirname(run_dir))
