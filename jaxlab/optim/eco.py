@@ -112,18 +112,47 @@ def _is_static_number(x: Any) -> bool:
   return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
+def _concrete_values(value: Any) -> np.ndarray | None:
+  """The values of a number or a concrete array as float64; None for a traced value."""
+  if _is_static_number(value):
+    return np.asarray(float(value))
+  try:
+    v = np.asarray(value)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return None
+  return v.astype(np.float64) if np.issubdtype(v.dtype, np.number) else None
+
+
 def _check_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
                  hi_open: bool = False, where: str) -> None:
-  """ValueError unless a static `value` lies in the interval (arrays pass: traced)."""
-  if not _is_static_number(value):
-    return  # a traced value (inject_hyperparams) is covered by the non-finite rule
-  v = float(value)
+  """ValueError unless every value of a number or concrete array lies in the interval.
+
+  A traced value (inject_hyperparams under jit) is covered by the non-finite rule."""
+  v = _concrete_values(value)
+  if v is None:
+    return
   # Finite in float32 too: the step computes in float32 (1e39 would be inf there).
-  ok = math.isfinite(v) and abs(v) <= float(np.finfo(np.float32).max) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-  if not ok:
+  ok = (np.isfinite(v) & (np.abs(v) <= float(np.finfo(np.float32).max))
+        & ((v > lo) if lo_open else (v >= lo)) & ((v < hi) if hi_open else (v <= hi)))
+  if not np.all(ok):
     lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
     raise ValueError(f"{where}: {name} must be a finite number in {lb}{lo:g}, {hi:g}{rb}, "
                      f"got {value!r}")
+
+
+def _zero_flag(beta: Any) -> bool | Array:
+  """beta == 0: a Python bool for a number, a traced bool for an injected hyperparameter."""
+  if _is_static_number(beta):
+    return bool(beta == 0)
+  return jnp.asarray(beta) == 0
+
+
+def _where0(zero: bool | Array, if_zero: Callable[[], Any], otherwise: Callable[[], Any]) -> Any:
+  """`if_zero()` where beta == 0 (see `_zero_flag`), else `otherwise()`; one branch traced when
+  beta is a number."""
+  if isinstance(zero, bool):
+    return if_zero() if zero else otherwise()
+  return jnp.where(zero, if_zero(), otherwise())
 
 
 def _check_learning_rate(learning_rate: Any, where: str) -> None:
@@ -340,7 +369,8 @@ def check_eco_state(opt_state: Any) -> None:
   """
   is_eco = lambda x: isinstance(x, (EcoAdamWState, EcoSgdmState))
   for s in jax.tree.leaves(opt_state, is_leaf=is_eco):
-    if is_eco(s) and (n := int(jax.device_get(s.misplaced))):
+    # np.sum: a vmapped (per-seed) state holds one counter per seed.
+    if is_eco(s) and (n := int(np.sum(jax.device_get(s.misplaced)))):
       raise ValueError(
           f"ECO did not apply {n} update(s): the params were not the ones it "
           "landed on at its previous update. ECO must be the last transform of the chain (a "
@@ -439,7 +469,9 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
   _check_range("weight_decay", weight_decay, 0.0, math.inf, hi_open=True, where=where)
   if _is_static_number(eps) and _is_static_number(eps_root) and eps == 0 and eps_root == 0:
     raise ValueError(f"{where}: eps and eps_root are both 0: m/sqrt(v) is 0/0 at a zero gradient")
-  carry = _is_static_number(b1) and b1 == 0  # b1 = 0: mu holds the carried injection
+  # b1 = 0: mu holds the carried injection. An injected b1 may be 0 only at run time, so
+  # the choice is then made per step (`_where0`), with 1/b1 taken on a nonzero stand-in.
+  carry = _zero_flag(b1)
 
   def init_fn(params):
     f = _init_state(params, quantizer, injection, where + ".init")
@@ -454,10 +486,8 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
     bc1 = 1.0 - jnp.float32(b1) ** t
     bc2 = 1.0 - jnp.float32(b2) ** t
     g32 = jax.tree.map(lambda g: g.astype(jnp.float32), updates)
-    if carry:
-      mu = jax.tree.map(lambda m, g: g + m, state.mu, g32)
-    else:
-      mu = jax.tree.map(lambda m, g: b1 * m + (1.0 - b1) * g, state.mu, g32)
+    mu = jax.tree.map(lambda m, g: _where0(carry, lambda: g + m,
+                                           lambda: b1 * m + (1.0 - b1) * g), state.mu, g32)
     nu = jax.tree.map(lambda v, g: b2 * v + (1.0 - b2) * jnp.square(g), state.nu, g32)
     mu_l, nu_l = jax.tree.leaves(mu), jax.tree.leaves(nu)
     denom = [jnp.sqrt(v / bc2 + eps_root) + eps for v in nu_l]
@@ -470,12 +500,13 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
         direction=direction, injection=injection, stochastic=stochastic_rounding, lr=lr)
     if injection == "eco":
       k = _coef(lr, weight_decay) * bc1
-      if carry:  # the limit b1 -> 0 of b1 * m: the residual is carried whole to the next step
-        mu_l = [-k * d * e for d, e in zip(denom, errs, strict=True)]
-      else:
-        mu_l = [m + k * (1.0 - 1.0 / b1) * d * e for m, d, e in zip(mu_l, denom, errs, strict=True)]
-    elif carry:
-      mu_l = [jnp.zeros_like(m) for m in mu_l]
+      inv_b1 = _where0(carry, lambda: 1.0, lambda: 1.0 / b1)
+      # b1 = 0, the limit b1 -> 0 of b1 * m: the residual is carried whole to the next step.
+      mu_l = [_where0(carry, lambda m=m, d=d, e=e: -k * d * e,
+                      lambda m=m, d=d, e=e: m + k * (1.0 - inv_b1) * d * e)
+              for m, d, e in zip(mu_l, denom, errs, strict=True)]
+    else:
+      mu_l = [_where0(carry, lambda m=m: jnp.zeros_like(m), lambda m=m: m) for m in mu_l]
     ok = ok & _all_finite(mu_l) & _all_finite(nu_l)
     err = treedef.unflatten(errs) if injection == "exact" else None
     new = EcoAdamWState(count, treedef.unflatten(mu_l), nu, new_key, err, state.skipped,
@@ -534,7 +565,7 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
   _check_learning_rate(learning_rate, where)
   _check_range("momentum", momentum, 0.0, 1.0, hi_open=True, where=where)
   _check_range("weight_decay", weight_decay, 0.0, math.inf, hi_open=True, where=where)
-  carry = _is_static_number(momentum) and momentum == 0
+  carry = _zero_flag(momentum)  # as in `eco_adamw`
 
   def init_fn(params):
     f = _init_state(params, quantizer, injection, where + ".init")
@@ -545,10 +576,10 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
     del extra_args
     lr = _lr_value(learning_rate, state.count)
     c = (1.0 - momentum) if dampening else 1.0
-    if carry:
-      mu = jax.tree.map(lambda m, g: g.astype(jnp.float32) + m, state.mu, updates)
-    else:
-      mu = jax.tree.map(lambda m, g: momentum * m + c * g.astype(jnp.float32), state.mu, updates)
+    mu = jax.tree.map(
+        lambda m, g: _where0(carry, lambda: g.astype(jnp.float32) + m,
+                             lambda: momentum * m + c * g.astype(jnp.float32)),
+        state.mu, updates)
     mu_l = jax.tree.leaves(mu)
 
     def direction(i, w):
@@ -559,12 +590,13 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
         direction=direction, injection=injection, stochastic=stochastic_rounding, lr=lr)
     if injection == "eco":
       k = _coef(lr, weight_decay)
-      if carry:  # the limit beta -> 0 of beta * M
-        mu_l = [-k * e for e in errs]
-      else:
-        mu_l = [m + k * (1.0 - 1.0 / momentum) * e for m, e in zip(mu_l, errs, strict=True)]
-    elif carry:
-      mu_l = [jnp.zeros_like(m) for m in mu_l]
+      inv_beta = _where0(carry, lambda: 1.0, lambda: 1.0 / momentum)
+      # momentum = 0, the limit beta -> 0 of beta * M.
+      mu_l = [_where0(carry, lambda m=m, e=e: -k * e,
+                      lambda m=m, e=e: m + k * (1.0 - inv_beta) * e)
+              for m, e in zip(mu_l, errs, strict=True)]
+    else:
+      mu_l = [_where0(carry, lambda m=m: jnp.zeros_like(m), lambda m=m: m) for m in mu_l]
     ok = ok & _all_finite(mu_l)
     err = treedef.unflatten(errs) if injection == "exact" else None
     new = EcoSgdmState(optax.safe_int32_increment(state.count), treedef.unflatten(mu_l), new_key,

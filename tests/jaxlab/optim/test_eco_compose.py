@@ -289,3 +289,47 @@ def test_momentum_zero_is_sgd_with_exact_error_feedback():
   p, s = _run(tx, optim.quantize_params(w0, GRID), [{"w": jnp.ones((4, 8))}] * 30)
   assert bool(jnp.all(jnp.isfinite(s.mu["w"]))) and int(s.skipped) == 0
   assert float(jnp.mean(p["w"].dequantize() - w0["w"])) < -0.2
+
+
+@pytest.mark.parametrize("make,name", [
+    (lambda b: optim.eco_adamw(0.01, b1=b, quantizer=GRID, stochastic_rounding=False), "b1"),
+    (lambda b: optim.eco_sgdm(0.01, b, quantizer=GRID, stochastic_rounding=False), "momentum"),
+])
+def test_an_injected_zero_momentum_is_the_static_zero_momentum(make, name):
+  """b1 = 0 (momentum = 0) under inject_hyperparams is an array, so the carried-residual
+  case must be chosen at run time: before, 1 - 1/b1 = -inf times a zero residual gave NaN
+  and every update was skipped."""
+  p0 = optim.quantize_params({"w": jnp.linspace(-1.0, 1.0, 32).reshape(4, 8)}, GRID)
+  grads = [{"w": 1.0 + 0.5 * jnp.sin(jnp.arange(32.0).reshape(4, 8) + i)} for i in range(4)]
+  p_static, s_static = _run(make(0.0), p0, grads)
+  kw = {"learning_rate": 0.01, name: 0.0, "quantizer": GRID, "stochastic_rounding": False}
+  factory = optim.eco_adamw if name == "b1" else optim.eco_sgdm
+  # b2 stays a Python float, as in the static optimizer (1 - b2 rounds differently in float32).
+  injectable = optim.injectable(factory, static_args=("b2",))
+  p_inj, s_inj = _run(injectable(**kw), p0, grads)
+  assert int(s_inj.inner_state.skipped) == 0 and int(s_inj.inner_state.count) == 4
+  _bits_equal(p_inj, p_static)
+  np.testing.assert_allclose(s_inj.inner_state.mu["w"], s_static.mu["w"], rtol=1e-6)
+  # A nonzero injected momentum still follows the static one.
+  kw[name] = 0.5
+  p_half, _ = _run(injectable(**kw), p0, grads)
+  _bits_equal(p_half, _run(make(0.5), p0, grads)[0])
+
+
+@pytest.mark.parametrize("lr", [jnp.float32(-0.5), jnp.array([0.1, float("nan")])])
+def test_concrete_array_hyperparameters_are_range_checked(lr):
+  """A concrete array learning rate was taken for a traced one and never checked: -0.5
+  stepped uphill."""
+  with pytest.raises(ValueError, match="learning_rate"):
+    optim.eco_sgdm(lr, 0.9, quantizer=GRID)
+
+
+def test_check_eco_state_reads_a_vmapped_state():
+  """One misplaced counter per seed (a vmapped state): summed, not int() of an array."""
+  p0 = optim.quantize_params(_params(), FP8)
+  tx = optim.eco_sgdm(1e-2, 0.9, quantizer=FP8)
+  states = jax.vmap(lambda _: tx.init(p0))(jnp.arange(3))
+  optim.check_eco_state(states)  # nothing misplaced
+  states = states._replace(misplaced=jnp.array([0, 2, 0], jnp.int32))
+  with pytest.raises(ValueError, match="did not apply 2 update"):
+    optim.check_eco_state(states)
