@@ -100,7 +100,7 @@ def optimal_k_discrete(model: LinearStepModel, n: int, p: float | int) -> int:
   """Prop. 1: the smallest k with `k tau(N-k) - sum_{j=N-k+1..N} tau(j) >= alpha_p`.
 
   `tau(j) = (alpha_d + beta_d j) / (1 - (1-p)^j)` is the expected decode time
-  per completion while j requests decode. If no k <= N qualifies, the code's
+  per completion while j requests decode. If no k < N qualifies, the code's
   fallback N // 5 is returned (at least 1).
 
   Args:
@@ -115,12 +115,12 @@ def optimal_k_discrete(model: LinearStepModel, n: int, p: float | int) -> int:
     raise ValueError(f"n (batch size N) must be an int >= 1, got {n!r}")
   _check_prob("p", p)
   j = np.arange(1, n + 1, dtype=np.float64)
-  tau = (model.alpha_d + model.beta_d * j) / -np.expm1(j * math.log1p(-p))
-  tau = np.concatenate([[np.inf], tau])  # tau[0] = inf
-  k = np.arange(1, n + 1)
-  # sum_{j=N-k+1..N} tau(j) for k = 1..N is a reversed cumulative sum.
-  tail = np.cumsum(tau[::-1][:n])
-  ok = k * tau[n - k] >= tail + model.alpha_p
+  tau = (model.alpha_d + model.beta_d * j) / -np.expm1(j * math.log1p(-p))  # tau[j - 1]
+  # k < N: k = N would leave no request decoding (tau(0) = inf) and always qualify.
+  k = np.arange(1, n)
+  # sum_{j=N-k+1..N} tau(j) for k = 1..N-1 is a reversed cumulative sum.
+  tail = np.cumsum(tau[::-1][:n - 1])
+  ok = k * tau[n - k - 1] >= tail + model.alpha_p
   hits = np.flatnonzero(ok)
   return int(k[hits[0]]) if hits.size else max(1, n // 5)
 

@@ -57,6 +57,13 @@ def test_discrete_rule_matches_direct_loop(n, p):
   assert solver.optimal_k_discrete(H200, n, p) == _discrete_reference(H200, n, p)
 
 
+@pytest.mark.parametrize("n", [1, 2, 10])
+def test_discrete_rule_falls_back_to_n_over_5_when_no_k_qualifies(n):
+  # A prefill too costly for any k < N (k = N once always qualified: tau(0) = inf).
+  m = H200.replace(alpha_p=100.0)
+  assert solver.optimal_k_discrete(m, n, 0.01) == _discrete_reference(m, n, 0.01) == max(1, n // 5)
+
+
 def test_discrete_rule_maximises_cycle_throughput():
   # With CFR decoding the cycle throughput k / (E[decode phase] + T_p) is maximised near k*.
   m, n, p = cost.RTX_PRO_6000_QWEN3_8B, 200, 0.01
