@@ -53,7 +53,7 @@ class QuantizeBlockSizes:
 class MatmulBlockSizes:
   """Tile of the dequant-matmul: out block m x n, K consumed in chunks of k.
 
-  Blocks clip to the dims. On TPU, n must be a multiple of 128 or the full N,
+  Blocks clip to the dims, and x is zero-padded to a multiple of m. On TPU, n must be a multiple of 128 or the full N,
   and k a multiple of 256 or the full K (a k chunk is k/2 packed bytes wide).
   Mosaic GPU (m is wgmma's N: the kernel computes out^T): m a multiple of 8 and
   <= 256 (x is zero-padded to it), n a multiple of 64, m * n <= 16384, k a
@@ -66,9 +66,9 @@ class MatmulBlockSizes:
 
 def _tile(name: str, size: int, block: int, multiple: int = 1) -> int:
   b = min(block, size)
-  if size % b or b % multiple:
-    raise ValueError(f"{name}: block {b} must divide the dimension {size} and be a multiple of "
-                     f"{multiple}")
+  if b < 1 or size % b or b % multiple:
+    raise ValueError(f"{name}: block {b} must divide the dimension {size} and be a positive "
+                     f"multiple of {multiple}")
   return b
 
 
@@ -177,9 +177,21 @@ def _dequant_matmul_pallas(x, codes, scales, s_dec, *, block, backend):
                                   compiler_params=_common.compiler_params(backend),
                                   interpret=backend.interpret)
     return out_t[:, :m].T * s_dec
-  bm = _tile("matmul m", m, block.m)
+  # m is padded with zero rows (sliced off below), as on Mosaic GPU and in `gmm`; n and k
+  # are the weight's, whose packed codes and scales the tiles must divide.
+  if not (isinstance(block.m, int) and block.m > 0):
+    raise ValueError(f"matmul m: block must be a positive int, got {block.m!r}")
+  bm = min(block.m, m)
+  x = jnp.pad(x, ((0, -m % bm), (0, 0)))
   bn = _tile("matmul n", n, block.n)
   bk = _tile("matmul k", k, block.k, kernel.BLOCK)
+  return _dequant_matmul_tiles(x, codes, scales, s_dec, bm, bn, bk, backend)[:m]
+
+
+def _dequant_matmul_tiles(x, codes, scales, s_dec, bm, bn, bk, backend):
+  """The TPU / Triton dequant-matmul on tiles that divide x's rows and the weight."""
+  m, k = x.shape
+  n = codes.shape[0]
   xe, xo = x[:, 0::2], x[:, 1::2]
   sdec = s_dec.reshape(1, 1)
   out_shape = jax.ShapeDtypeStruct((m, n), jnp.float32)
@@ -257,7 +269,8 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     x: [m, k] activations.
     wq: an NVFP4 or MixFP4 `QArray` of a [k, n] weight quantized along axis 0
       (`jaxlab.formats.quantize(w, fmt, axis=0)`): codes [n, k/2], scales [n, k/16].
-    block: tile sizes (m, n divide the dims; k a multiple of 16 dividing K). None: the
+    block: tile sizes (m is clipped to the rows and x zero-padded to a multiple of it;
+      n divides N; k a multiple of 16 dividing K). None: the
       active tuning table's entry for ("fp4_dequant_matmul", (m, k, n), x.dtype, device)
       (`pallas_kernels.tuning`), else `MatmulBlockSizes()`.
     implementation: None (best backend: XLA on CPU; on GPU Mosaic GPU where it

@@ -39,8 +39,8 @@ ROUTE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
 class GmmBlockSizes:
   """Tiles of the grouped matmul: m rows, k contraction, n output columns.
 
-  Each is clipped to its dimension; k and n must then divide K and N (m is
-  padded). On TPU, tiles should be multiples of (8, 128) or the full dims; on
+  Each is clipped to its dimension, and the operands are zero-padded to multiples
+  of the tiles (exact: padded rows and columns add zeros and are sliced off). On TPU, tiles should be multiples of (8, 128) or the full dims; on
   GPU (Triton), powers of two >= 16.
   """
   m: int = 128
@@ -76,21 +76,24 @@ def make_group_metadata(group_sizes: Int[Array, "g"], m: int, tm: int):
 
 
 def _tiles(lhs, rhs, block: GmmBlockSizes):
+  if not all(isinstance(b, int) and b > 0 for b in (block.m, block.k, block.n)):
+    raise ValueError(f"gmm: block sizes must be positive ints, got {block}")
   m, k = lhs.shape
   n = rhs.shape[2]
-  tm, tk, tn = min(block.m, max(m, 1)), min(block.k, k), min(block.n, n)
-  if k % tk or n % tn:
-    raise ValueError(f"gmm: block k={tk} and n={tn} must divide K={k} and N={n}")
-  return tm, tk, tn
+  return min(block.m, max(m, 1)), min(block.k, k), min(block.n, n)
 
 
 @functools.partial(jax.jit, static_argnames=("block", "backend"))
 def _gmm_pallas(lhs, rhs, group_sizes, *, block, backend):
-  m, k = lhs.shape
-  g, _, n = rhs.shape
+  m, n_out = lhs.shape[0], rhs.shape[2]
   tm, tk, tn = _tiles(lhs, rhs, block)
+  # Zero rows of lhs (past every group), zero K columns (add 0 to every dot) and zero N
+  # columns (sliced off) make each dimension a multiple of its tile.
   mp = -(-m // tm) * tm
-  lhs_p = jnp.pad(lhs, ((0, mp - m), (0, 0)))
+  lhs_p = jnp.pad(lhs, ((0, mp - m), (0, -lhs.shape[1] % tk)))
+  rhs = jnp.pad(rhs, ((0, 0), (0, -rhs.shape[1] % tk), (0, -n_out % tn)))
+  k = lhs_p.shape[1]
+  g, _, n = rhs.shape
   offsets, group_ids, m_tile_ids, num_work = make_group_metadata(group_sizes, mp, tm)
   num_items = group_ids.shape[0]
   out_dtype = jnp.float32
@@ -138,7 +141,7 @@ def _gmm_pallas(lhs, rhs, group_sizes, *, block, backend):
   # Rows past sum(group_sizes) belong to no group (zeros, as in ragged_dot);
   # tiles no work item visits are never written by the kernel.
   rows = jnp.arange(mp)[:, None]
-  return jnp.where(rows < offsets[-1], out, 0.0)[:m]
+  return jnp.where(rows < offsets[-1], out, 0.0)[:m, :n_out]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))

@@ -68,6 +68,17 @@ def test_dequant_matmul_matches_reference(fmt):
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("impl", ["pallas", "triton"])
+def test_dequant_matmul_pads_rows_the_m_tile_does_not_divide(impl):
+  """20 rows with the default m = 16 tile (before, a ValueError for any m not a multiple of 16)."""
+  x = jax.random.normal(jax.random.key(2), (20, 64))
+  wq = formats.quantize(jax.random.normal(jax.random.key(3), (64, 32)), "nvfp4", axis=0)
+  out = fp4.dequant_matmul(x, wq, implementation=impl, interpret=True)
+  assert out.shape == (20, 32)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(fp4.dequant_matmul_reference(x, wq)),
+                             rtol=1e-5, atol=1e-5)
+
+
 def test_dequant_matmul_triton_variant_interpreted():
   # The Triton body (K looped in the program) run by the interpreter.
   x = jax.random.normal(jax.random.key(2), (16, 256))

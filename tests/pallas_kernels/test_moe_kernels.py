@@ -26,6 +26,21 @@ def test_gmm_matches_ragged_dot(platform, sizes):
   np.testing.assert_allclose(out, pm.gmm_reference(LHS, RHS, gs), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("platform", [None, "cuda"])
+def test_gmm_pads_k_and_n_that_the_tiles_do_not_divide(platform):
+  """K = 40, N = 24 with 16-wide tiles (and the default 128 tiles against K = 200): zero
+  columns pad both (before, a ValueError: the default tiles could not run d_model = 200)."""
+  gs = jnp.asarray([3, 0, 7], jnp.int32)
+  impl = "triton" if platform else None
+  for k, block in ((40, BLOCK), (200, None)):
+    lhs = jax.random.normal(jax.random.key(2), (10, k))
+    rhs = jax.random.normal(jax.random.key(3), (3, k, 24))
+    out = pm.gmm(lhs, rhs, gs, block=block, platform=platform, interpret=True,
+                 implementation=impl)
+    assert out.shape == (10, 24)
+    np.testing.assert_allclose(out, pm.gmm_reference(lhs, rhs, gs), rtol=1e-5, atol=1e-5)
+
+
 def test_gmm_gradient_matches_reference():
   gs = jnp.asarray([7, 0, 13, 0, 6], jnp.int32)
   f = lambda a, b: (jnp.sin(pm.gmm(a, b, gs, block=BLOCK, implementation="pallas")) ** 2).sum()
@@ -86,7 +101,7 @@ def test_dispatch_none_is_xla_on_cpu():
 
 def test_bad_inputs():
   with pytest.raises(ValueError, match="block"):
-    pm.gmm(LHS, RHS, jnp.zeros((5,), jnp.int32), block=pm.GmmBlockSizes(8, 24, 16),
+    pm.gmm(LHS, RHS, jnp.zeros((5,), jnp.int32), block=pm.GmmBlockSizes(8, 0, 16),
            implementation="pallas")
   with pytest.raises(ValueError, match="not available"):
     pm.route(jnp.zeros((4, 8)), routing="topk", k=2, implementation="mosaic_gpu")
