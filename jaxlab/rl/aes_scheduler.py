@@ -39,6 +39,7 @@ offset, `d_ref` and all default constants are a jaxlab interpretation (the
 paper's constants were not available). Each is a keyword argument.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -66,8 +67,9 @@ class AESScheduler(NamedTuple):
 
 
 def _check_positive(name: str, value: float) -> None:
-  if not (value > 0.0) or value != value:
-    raise ValueError(f"{name} must be a positive number, got {value!r}")
+  """ValueError unless `value` is a finite number > 0 (NaN and inf are rejected)."""
+  if not (value > 0.0 and math.isfinite(value)):
+    raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
 def lambda_from_proxy(proxy: Float[ArrayLike, "*b"], lambda_0: float, *,
@@ -86,14 +88,14 @@ def lambda_from_proxy(proxy: Float[ArrayLike, "*b"], lambda_0: float, *,
 
   Args:
     proxy: drift proxy values `d`, any shape; negative values count as 0.
-    lambda_0: the reference entropy weight, > 0.
-    kappa: sensitivity of the "offset" rule to the proxy, >= 0.
-    lambda_min: lower clip, <= lambda_0 for "sqrt" (default `lambda_0` for
+    lambda_0: the reference entropy weight, finite and > 0.
+    kappa: sensitivity of the "offset" rule to the proxy, finite and >= 0.
+    lambda_min: lower clip, finite, <= lambda_0 for "sqrt" (default `lambda_0` for
       "offset", where only a value above `lambda_0` is ever active, and
       `lambda_0 / 10` for "sqrt").
-    lambda_max: upper clip, >= lambda_0 (default `10 * lambda_0`).
+    lambda_max: upper clip, >= lambda_0 (default `10 * lambda_0`; inf: none).
     rule: "offset" or "sqrt" (`RULES`).
-    d_ref: the drift at which the "sqrt" rule gives `lambda_0`, > 0 (default
+    d_ref: the drift at which the "sqrt" rule gives `lambda_0`, finite, > 0 (default
       `1 / kappa`, which needs kappa > 0); unused by "offset".
 
   Returns:
@@ -120,8 +122,8 @@ def _check_lambda_args(lambda_0, kappa, lambda_min, lambda_max, rule="offset", d
   _check_positive("lambda_0", lambda_0)
   if rule not in RULES:
     raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-  if not kappa >= 0.0:
-    raise ValueError(f"kappa must be >= 0, got {kappa!r}")
+  if not (kappa >= 0.0 and math.isfinite(kappa)):
+    raise ValueError(f"kappa must be a finite number >= 0, got {kappa!r}")
   if rule == "sqrt":
     if d_ref is None:
       if not kappa > 0.0:
@@ -132,8 +134,8 @@ def _check_lambda_args(lambda_0, kappa, lambda_min, lambda_max, rule="offset", d
   default_min = lambda_0 if rule == "offset" else 0.1 * lambda_0
   lambda_min = default_min if lambda_min is None else lambda_min
   lambda_max = 10.0 * lambda_0 if lambda_max is None else lambda_max
-  if not lambda_min >= 0.0:
-    raise ValueError(f"lambda_min must be >= 0, got {lambda_min!r}")
+  if not (lambda_min >= 0.0 and math.isfinite(lambda_min)):
+    raise ValueError(f"lambda_min must be a finite number >= 0, got {lambda_min!r}")
   if not lambda_min <= lambda_max:
     raise ValueError(f"need lambda_min <= lambda_max, got lambda_min="
                      f"{lambda_min!r}, lambda_max={lambda_max!r}")
@@ -162,8 +164,9 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
   (and returns the previous lambda).
 
   Args:
-    lambda_0: reference entropy weight (temperature / entropy coefficient).
-    kappa: proxy sensitivity of the "offset" rule, >= 0 (jaxlab
+    lambda_0: reference entropy weight (temperature / entropy coefficient),
+      finite and > 0.
+    kappa: proxy sensitivity of the "offset" rule, finite and >= 0 (jaxlab
       interpretation, default 4).
     quantile: level q of the |TD error| quantile, in (0, 1] (default 0.9).
     fast_decay: decay of the fast EMA, in [0, slow_decay).
@@ -171,10 +174,11 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
     lambda_min: lower clip, default `lambda_0` ("offset") or `lambda_0 / 10`
       ("sqrt").
     lambda_max: upper clip, default `10 * lambda_0`.
-    eps: added to the slow EMA in the ratio, > 0.
+    eps: added to the slow EMA in the ratio, finite and > 0.
     rule: "offset" (`lambda_0 sqrt(1 + kappa d)`) or "sqrt"
       (`lambda_0 sqrt(d / d_ref)`); see the module doc.
-    d_ref: reference drift of the "sqrt" rule (default `1 / kappa`).
+    d_ref: reference drift of the "sqrt" rule, finite and > 0 (default
+      `1 / kappa`).
 
   Returns:
     An `AESScheduler(init, update)`; `update(state, td_errors)` takes TD errors

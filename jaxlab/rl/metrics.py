@@ -11,10 +11,17 @@ a jaxlab interpretation, following the jaxlab plan):
   * for each abrupt change point c: `n_pre` = mean of n over evaluations in
     `[c - pre_window * T, c)`; the post-change curve is smoothed by a trailing
     moving average of `smooth` evaluations that starts at c;
-    degradation = `max(0, (n_pre - min_post) / n_pre)`;
-    recovery time = (first smoothed evaluation >= `threshold * n_pre`) - c, in %
-    of training steps T; if that never happens before the next change point
-    (or the end), the recovery is censored at the segment length.
+    degradation = `max(0, (n_pre - min_post) / |n_pre|)` (NaN when
+    `n_pre == 0`, where no relative loss is defined);
+    recovery time = (first smoothed evaluation >= `n_pre - (1 - threshold) *
+    |n_pre|`) - c, in % of training steps T, i.e. the first time the remaining
+    relative loss `(n_pre - n) / |n_pre|` is at most `1 - threshold` (the same
+    as `n >= threshold * n_pre` when `n_pre > 0`; for `n_pre < 0`, where
+    `threshold * n_pre` would lie above `n_pre`, the target stays below it, and
+    for `n_pre == 0` it is 0); if that never happens before the next change
+    point (or the end), the recovery is censored at the segment length.
+    Normalised returns are meant to be positive, but a negative `n_pre` (a run
+    below the `low` bound) is handled as above.
   * nAUC(steady) = mean n over evaluations whose drift level did not change
     during the preceding `settle * T` steps; nAUC(drift) = mean n over
     evaluations whose level changed during the preceding `drift_window * T`
@@ -58,7 +65,8 @@ def drift_metrics(steps, curve, levels, *, pre_window: float = 0.05,
   Returns:
     dict with "events" (one dict per change point: step, n_pre, degradation,
     recovery_pct, recovered), "degradation" and "recovery_pct" (means over
-    events, NaN without events), "nauc_steady", "nauc_drift".
+    events, NaN without events; "degradation" is also NaN when an event has
+    `n_pre == 0`), "nauc_steady", "nauc_drift".
   """
   steps = np.asarray(steps, np.int64)
   curve = np.asarray(curve, np.float64)
@@ -79,8 +87,10 @@ def drift_metrics(steps, curve, levels, *, pre_window: float = 0.05,
     post = curve[post_idx]
     sm = np.array([post[max(0, j - smooth + 1):j + 1].mean()
                    for j in range(post.size)])
-    degradation = max(0.0, (n_pre - float(sm.min())) / max(n_pre, 1e-8))
-    ok = np.nonzero(sm >= threshold * n_pre)[0]
+    scale = abs(n_pre)
+    degradation = (max(0.0, (n_pre - float(sm.min())) / scale) if scale > 0
+                   else float("nan"))
+    ok = np.nonzero(sm >= n_pre - (1.0 - threshold) * scale)[0]
     recovered = ok.size > 0
     end = steps[post_idx[ok[0]]] if recovered else bounds[i + 1]
     events.append(dict(step=c, n_pre=n_pre, degradation=degradation,

@@ -54,6 +54,15 @@ def ent_mode_index(name: str) -> Array:
   return aes_plumbing.mode_index(ENT_MODES, name, "entropy mode")
 
 
+def _check_float(name: str, value: Any, low: float, high: float = math.inf, *,
+                 open_low: bool = False) -> None:
+  """ValueError unless `value` is a finite number in [low, high] ((low, high] if `open_low`)."""
+  if not (math.isfinite(value) and (value > low if open_low else value >= low)
+          and value <= high):
+    want = f"{'>' if open_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
+    raise ValueError(f"PPOConfig.{name} must be a finite number {want}, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   """PPO settings; an update = one rollout of `num_envs * num_steps` steps.
@@ -62,6 +71,11 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   rollout per update, so its EMAs decay faster); AES's reference weight is
   `ent_coef`. `dtype` and `param_dtype` (from `aes_plumbing.NetworkDtypes`) set
   the actor-critic's.
+
+  `validate` (run by `make_train`) requires, besides positive int counts, finite
+  floats with `0 <= gamma <= 1`, `0 <= gae_lambda <= 1`, `clip_eps > 0`,
+  `lr > 0`, `max_grad_norm > 0`, `vf_coef >= 0` and `ent_coef > 0` (AES's
+  reference weight, which its modes scale).
   """
   num_envs: int = 8
   num_steps: int = 64
@@ -87,10 +101,16 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
     return self.total_updates * self.num_steps
 
   def validate(self) -> None:
+    """ValueError, naming the field and its value, for an out-of-range setting."""
     self._check_counts(("num_envs", "num_steps", "total_updates", "num_evals", "eval_envs",
                         "update_epochs", "num_minibatches", "hidden"),
                        "total_updates", "num_evals")
     self.network_dtypes()
+    for name in ("gamma", "gae_lambda"):
+      _check_float(name, getattr(self, name), 0.0, 1.0)
+    for name in ("lr", "clip_eps", "max_grad_norm", "ent_coef"):
+      _check_float(name, getattr(self, name), 0.0, open_low=True)
+    _check_float("vf_coef", self.vf_coef, 0.0)
     if (self.num_envs * self.num_steps) % self.num_minibatches:
       raise ValueError("PPOConfig.num_envs * num_steps must be divisible by "
                        f"num_minibatches ({self.num_minibatches})")

@@ -70,6 +70,8 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   `learning_starts` steps of uniform random actions). The `aes_*` fields come
   from `aes_plumbing.AESKnobs`; AES's reference weight is `alpha`. `dtype` and
   `param_dtype` (from `aes_plumbing.NetworkDtypes`) set the actor's and critics'.
+  `validate` (run by `make_train`) also requires `0 < tau <= 1`, `0 <= gamma < 1`
+  and finite learning rates `actor_lr`, `critic_lr`, `alpha_lr` > 0.
   """
   num_envs: int = 4
   total_steps: int = 12_000
@@ -91,6 +93,7 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   target_entropy_max: float = 0.0
 
   def validate(self) -> None:
+    """ValueError, naming the field and its value, for an out-of-range setting."""
     self._check_counts(("num_envs", "total_steps", "num_evals", "eval_envs", "buffer_size",
                         "batch_size", "hidden", "num_layers"), "total_steps", "num_evals")
     self.network_dtypes()
@@ -100,6 +103,10 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
     if not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma < 1.0:
       raise ValueError(f"need 0 < tau <= 1 and 0 <= gamma < 1, got tau="
                        f"{self.tau!r}, gamma={self.gamma!r}")
+    for name in ("actor_lr", "critic_lr", "alpha_lr"):
+      lr = getattr(self, name)
+      if not (lr > 0.0 and math.isfinite(lr)):
+        raise ValueError(f"SACConfig.{name} must be a finite number > 0, got {lr!r}")
 
 
 class _MLP(nn.Module):

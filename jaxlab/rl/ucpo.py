@@ -66,26 +66,43 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
   evolving with the model; a tanh squashing and a smoothing step) with our
   functional form. The defaults (1, 2, 0) are the spec's and unverified.
 
+  `scale` and `accuracy_ema` are range-checked when concrete (outside `jit`);
+  traced values are not checked. A concrete `b == 0` drops the capability term
+  entirely, so `accuracy_ema` (even a traced NaN) cannot reach a_U then.
+
   Args:
     outcomes: outcome codes [b, g].
     accuracy_ema: the smoothed batch accuracy g_t in [0, 1] (a scalar).
-    scale: s, the largest |a_U| (a_U is in (-s, s)); >= 0.
+    scale: s, the largest |a_U| (a_U is in (-s, s)); finite and >= 0.
     k: k, gain on the group's difficulty rho_w - rho_c.
     b: b, gain on the model-capability term 0.5 - g_t (0 turns it off).
 
   Returns:
     a_U per group, float32 [b].
 
+  Raises:
+    ValueError: if `accuracy_ema` is not a scalar, or a concrete `accuracy_ema`
+      is outside [0, 1] (or NaN), or a concrete `scale` is not a finite number >= 0.
+
   Example:
     >>> o = jnp.array([[1, 1, 1, 0], [0, 0, 0, 1]])
-    >>> dura_uncertain_advantage(o, 0.5).round(3).tolist()    # tanh(+-1)
+    >>> [round(float(a), 3) for a in dura_uncertain_advantage(o, 0.5)]    # tanh(+-1)
     [0.762, -0.762]
   """
   if np.ndim(accuracy_ema) != 0:
     raise ValueError(f"accuracy_ema must be a scalar, got shape {np.shape(accuracy_ema)}")
+  g = grpo._concrete(accuracy_ema)
+  if g is not None and not 0.0 <= g <= 1.0:
+    raise ValueError(f"accuracy_ema must be in [0, 1], got {g.item()!r}")
+  s = grpo._concrete(scale)
+  if s is not None and not (np.all(s >= 0.0) and np.all(np.isfinite(s))):
+    raise ValueError(f"scale must be a finite number >= 0, got {s.tolist()!r}")
   rho = outcome_fractions(outcomes)
-  difficulty = rho[:, WRONG] - rho[:, CORRECT]
-  return scale * jnp.tanh(k * difficulty + b * (0.5 - accuracy_ema))
+  logit = k * (rho[:, WRONG] - rho[:, CORRECT])
+  b_value = grpo._concrete(b)
+  if b_value is None or np.any(b_value != 0):  # a concrete b == 0: no term, so no 0 * NaN
+    logit = logit + b * (0.5 - accuracy_ema)
+  return scale * jnp.tanh(logit)
 
 
 def tad_advantages(outcomes: Int[Array, "b g"], uncertain_advantage: Float[Array, "b"], *,
@@ -108,7 +125,7 @@ def tad_advantages(outcomes: Int[Array, "b g"], uncertain_advantage: Float[Array
 
   Example:
     >>> o = jnp.array([[0, 1, 2, 2]])
-    >>> tad_advantages(o, jnp.array([0.3])).round(3).tolist()
+    >>> [[round(float(a), 3) for a in row] for row in tad_advantages(o, jnp.array([0.3]))]
     [[1.0, -1.0, 0.3, 0.3]]
   """
   grpo.check_outcomes(outcomes)

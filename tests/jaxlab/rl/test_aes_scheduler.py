@@ -111,6 +111,31 @@ def test_invalid_settings_raise(kwargs, match):
     aes.aes_scheduler(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(lambda_0=float("inf")), "lambda_0"),
+    (dict(lambda_0=float("nan")), "lambda_0"),
+    (dict(lambda_0=0.1, kappa=float("inf")), "kappa"),
+    (dict(lambda_0=0.1, kappa=float("nan")), "kappa"),
+    (dict(lambda_0=0.1, eps=float("inf")), "eps"),
+    (dict(lambda_0=0.1, rule="sqrt", d_ref=float("inf")), "d_ref"),
+    (dict(lambda_0=0.1, lambda_min=float("inf"), lambda_max=float("inf")), "lambda_min"),
+])
+def test_non_finite_settings_raise(kwargs, match):
+  # kappa=inf gave NaN (inf * 0) and lambda_0=inf an infinite lambda from init on.
+  with pytest.raises(ValueError, match=match):
+    aes.aes_scheduler(**kwargs)
+  lambda_0 = kwargs.pop("lambda_0")
+  kwargs.pop("eps", None)
+  if kwargs or lambda_0 != 0.1:
+    with pytest.raises(ValueError, match=match):
+      aes.lambda_from_proxy(jnp.zeros(2), lambda_0, **kwargs)
+
+
+def test_infinite_lambda_max_means_no_upper_clip():
+  lam = aes.lambda_from_proxy(jnp.array([0.0, 24.75]), 0.1, lambda_max=float("inf"))
+  np.testing.assert_allclose(np.asarray(lam), [0.1, 1.0], rtol=1e-6)
+
+
 def test_empty_td_errors_raise():
   sched = aes.aes_scheduler(0.1)
   with pytest.raises(ValueError, match="td_errors"):

@@ -30,6 +30,24 @@ def test_censored_recovery_counts_the_segment():
   assert not ev["recovered"] and ev["recovery_pct"] == pytest.approx(50.0)
 
 
+def test_negative_and_zero_pre_change_return():
+  # Spec: degradation = (R_pre - min_post R) / |R_pre|; recovery to within
+  # (1 - threshold) |R_pre| of R_pre, also when R_pre < 0.
+  levels = np.r_[np.zeros(50), np.ones(50)]
+  steps = np.arange(10, 101, 10)
+  curve = np.array([-0.5] * 5 + [-1.0, -0.9, -0.52, -0.5, -0.5])
+  m = metrics.drift_metrics(steps, curve, levels, smooth=1, threshold=0.9)
+  (ev,) = m["events"]
+  assert ev["n_pre"] == pytest.approx(-0.5)
+  assert ev["degradation"] == pytest.approx(1.0) and m["degradation"] == pytest.approx(1.0)
+  # Target -0.55 (not 0.9 * -0.5 = -0.45, above R_pre): first reached at step 80.
+  assert ev["recovered"] and ev["recovery_pct"] == pytest.approx(30.0)
+  # n_pre == 0: no relative degradation (NaN); recovery target 0.
+  ev = metrics.drift_metrics(steps, curve + 0.5, levels, smooth=1)["events"][0]
+  assert ev["n_pre"] == 0.0 and np.isnan(ev["degradation"])
+  assert ev["recovered"] and ev["recovery_pct"] == pytest.approx(40.0)
+
+
 def test_normalize_and_errors():
   np.testing.assert_allclose(metrics.normalize([-1600, -100], -1600, -100),
                              [0, 1])

@@ -48,6 +48,29 @@ def test_invalid_config_raises():
     ppo.make_train(envs.CartPole(), ppo.PPOConfig(num_minibatches=3))
 
 
+@pytest.mark.parametrize("name, value", [
+    ("gamma", 1.5), ("gamma", float("nan")), ("gae_lambda", -2.0), ("gae_lambda", 1.01),
+    ("clip_eps", -0.2), ("clip_eps", 0.0), ("lr", float("nan")), ("lr", 0.0),
+    ("max_grad_norm", -1.0), ("max_grad_norm", float("inf")), ("vf_coef", float("inf")),
+    ("vf_coef", -0.5), ("ent_coef", -0.01), ("ent_coef", float("nan")),
+])
+def test_float_hyperparameters_are_validated(name, value):
+  # Before, all of these passed; lr=nan trained NaN params behind a finite eval_return.
+  with pytest.raises(ValueError, match=rf"PPOConfig\.{name} .*got {value!r}"):
+    ppo.PPOConfig(**{name: value}).validate()
+
+
+def test_boundary_float_hyperparameters_are_valid():
+  ppo.PPOConfig(gamma=1.0, gae_lambda=0.0, vf_coef=0.0).validate()
+  ppo.PPOConfig(gamma=0.0, gae_lambda=1.0).validate()
+
+
+def test_zero_ent_coef_names_ent_coef():
+  # AES scales ent_coef, its reference weight; the error named "lambda_0" before.
+  with pytest.raises(ValueError, match=r"PPOConfig\.ent_coef must be a finite number > 0"):
+    ppo.make_train(envs.CartPole(), ppo.PPOConfig(ent_coef=0.0))
+
+
 @pytest.mark.slow
 def test_ppo_solves_stationary_cartpole():
   cfg = ppo.PPOConfig(total_updates=400, num_evals=20)

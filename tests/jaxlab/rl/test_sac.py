@@ -64,6 +64,13 @@ def test_invalid_config_raises():
                                       alpha=0.0))
 
 
+@pytest.mark.parametrize("name", ["actor_lr", "critic_lr", "alpha_lr"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1.0])
+def test_learning_rates_must_be_finite_positive(name, value):
+  with pytest.raises(ValueError, match=rf"SACConfig\.{name} .*got {value!r}"):
+    sac.SACConfig(**{name: value}).validate()
+
+
 @pytest.mark.slow
 def test_sac_solves_stationary_pendulum():
   env = envs.Pendulum()

@@ -50,6 +50,33 @@ def test_dura_closed_form_and_sign():
   assert hard > 0 > easy
 
 
+def test_dura_checks_concrete_scale_and_accuracy_ema():
+  o = jnp.array([[W, W, W, C, U, U]], jnp.int32)
+  for kwargs, match in [(dict(accuracy_ema=float("nan")), "accuracy_ema"),
+                        (dict(accuracy_ema=7.0, b=1.0), "accuracy_ema"),
+                        (dict(accuracy_ema=-0.1), "accuracy_ema"),
+                        (dict(accuracy_ema=0.5, scale=-1.0), "scale"),
+                        (dict(accuracy_ema=0.5, scale=float("inf")), "scale")]:
+    with pytest.raises(ValueError, match=match):
+      ucpo.dura_uncertain_advantage(o, **kwargs)
+  with pytest.raises(ValueError, match="accuracy_ema"):
+    ucpo.ucpo_advantages(o, jnp.float32(1.5))
+  # The ends of the ranges are fine.
+  assert np.all(np.isfinite(ucpo.dura_uncertain_advantage(o, 1.0, scale=0.0, b=1.0)))
+
+
+def test_dura_traced_values_and_static_b_zero():
+  o = jnp.array([[W, W, W, C, U, U], [C, C, C, W, U, U]], jnp.int32)
+  # b == 0 (static) drops the capability term: a NaN g_t (traced, so unchecked) stays out.
+  got = jax.jit(lambda g: ucpo.dura_uncertain_advantage(o, g))(jnp.float32(jnp.nan))
+  np.testing.assert_allclose(np.asarray(got), np.tanh([2 * 2 / 6, -2 * 2 / 6]), rtol=1e-5)
+  # Traced scale, g_t and b are not checked and follow the closed form.
+  f = jax.jit(lambda g, s, b: ucpo.dura_uncertain_advantage(o, g, scale=s, b=b))
+  got = f(jnp.float32(0.3), jnp.float32(0.8), jnp.float32(1.5))
+  want = 0.8 * np.tanh(2 * np.array([2 / 6, -2 / 6]) + 1.5 * 0.2)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+
+
 def test_ntf_drops_groups_with_identical_outcomes():
   o = jnp.array([[U] * 4, [C] * 4, [W] * 4, [C, C, C, W], [W, W, U, W], [C, U, U, U]], jnp.int32)
   assert ucpo.ntf_mask(o).tolist() == [False, False, False, True, True, True]
