@@ -30,6 +30,8 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from jaxlab.uq import _checks
+
 TAU_SCHEDULES = ("cosine", "linear", "exponential")
 
 
@@ -57,7 +59,9 @@ def top_k_mask(logits: Float[Array, "b d"], k: ArrayLike,
 
   Args:
     logits: gate logits z.
-    k: how many gates each row keeps (int or traced int scalar, 1 <= k <= d).
+    k: how many gates each row keeps (int or traced int scalar, 1 <= k <= d). A concrete
+      k outside [1, d] raises ValueError; a traced one is not checked (k <= 0 keeps no
+      gate, k >= d keeps all).
     key: None for inference (deterministic top-k on z); a key for training (Gumbel-top-k).
     shared_noise: if true, one noise vector is drawn and shared by the whole batch
       (the paper's "shared" ablation); else one draw per row (per instance).
@@ -67,6 +71,11 @@ def top_k_mask(logits: Float[Array, "b d"], k: ArrayLike,
   """
   if logits.ndim != 2:
     raise ValueError(f"logits must be [batch, d], got {logits.shape}")
+  k_np = _checks.concrete(k)
+  d = logits.shape[-1]
+  if k_np is not None and (k_np.ndim != 0 or not 1 <= k_np <= d):
+    raise ValueError(f"k must be an integer scalar in [1, {d}] (d = logits.shape[-1]), "
+                     f"got {k_np.tolist()}")
   z = logits.astype(jnp.float32)
   if key is not None:
     each = jax.random.gumbel(key, z.shape)

@@ -73,21 +73,35 @@ def top_k_genre_share(scores: Float[Array, "b n"], item_genres: Float[Array, "n 
                       genre: Int[Array, "b"], k: int = 10) -> Float[Array, "b"]:
   """Share of the top-k items (full ranking, padding excluded) that carry `genre`.
 
+  Only the real items 1..n-1 are ranked (ties by id); a NaN score ranks last. A `k`
+  above the n - 1 real items is clipped to n - 1: the share is then over every real item.
+
   Args:
     scores: scores over item ids 0..n-1.
     item_genres: {0, 1} genre membership of every id (row 0, padding, is all zero).
     genre: the genre asked about in each row.
-    k: list length.
+    k: list length (>= 1).
 
   Returns:
     Fraction in [0, 1] per row.
+
+  Example:
+    >>> scores = jnp.array([[-1e9, 0.9, 0.1, 0.5, 0.7]])   # id 0 is padding
+    >>> genres = jnp.array([[0, 0], [1, 0], [0, 1], [1, 0], [0, 1]], jnp.float32)
+    >>> top_k_genre_share(scores, genres, jnp.array([0]), k=10).tolist()  # 2 of 4 items
+    [0.5]
   """
-  if item_genres.shape[0] != scores.shape[-1]:
-    raise ValueError(f"item_genres must have {scores.shape[-1]} rows, got {item_genres.shape}")
-  s = jnp.where(jnp.arange(scores.shape[-1])[None] > 0, scores, -jnp.inf)
+  n = scores.shape[-1]
+  if scores.ndim != 2 or n < 2:
+    raise ValueError(f"scores must be [b, n] with n >= 2 (id 0 is padding), got {scores.shape}")
+  if item_genres.shape[0] != n:
+    raise ValueError(f"item_genres must have {n} rows, got {item_genres.shape}")
+  if k < 1:
+    raise ValueError(f"k must be >= 1, got {k}")
+  s = scores[:, 1:]  # the real items; padding id 0 is never ranked
   s = jnp.where(jnp.isnan(s), -jnp.inf, s)
-  top = jnp.argsort(-s, axis=-1)[:, :k]
-  has = item_genres[top, genre[:, None]]  # [b, k]
+  top = jnp.argsort(-s, axis=-1, stable=True)[:, :min(k, n - 1)] + 1
+  has = item_genres[top, genre[:, None]]  # [b, min(k, n - 1)]
   return jnp.mean(has.astype(jnp.float32), axis=-1)
 
 

@@ -10,7 +10,8 @@ embeddings; pair i is row i and column i. Both losses are the symmetric cross-en
   positive and gives eps_i to its K hardest negatives H_i (highest similarity), weighted by
   softmax_{j in H_i}(s_ij / tau_h); eps_i = eps_max * u~_i with u~ the NIG uncertainty
   squashed to [0, 1) by `squash_uncertainty`. The column direction uses the transposed
-  targets renormalised per row (a jaxlab interpretation: t^T's rows do not sum to 1).
+  targets renormalised per row (a jaxlab interpretation: t^T's rows do not sum to 1); a
+  column of t with no mass has no column target and adds 0, as CE against t^T does.
 
 Every function returns per-example values (callers reduce, the `optax.losses` convention).
 
@@ -25,8 +26,11 @@ Example:
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array, Bool, Float
+
+from jaxlab.uq import _checks
 
 
 def _check_square(name: str, x) -> int:
@@ -43,6 +47,10 @@ def soft_infonce(*, logits: Float[Array, "b b"], targets: Float[Array, "b b"]
     logits: scale * query-reference similarities, [b, b]; pair i on the diagonal.
     targets: soft targets of the query -> reference direction, rows on the simplex.
       The reference -> query direction uses t^T with each row renormalised to sum to 1.
+      A column j of t with no mass (no query puts target on reference j) has no
+      reference -> query target: its column term is 0 (the spec's CE(logits^T, t^T) of an
+      all-zero target row), so pair j's loss is half its row term, and value and
+      gradients stay finite. `infonce` and `soft_targets` (epsilon < 1) never produce one.
 
   Returns:
     [b] per-pair loss (row i's and column i's cross-entropy, averaged).
@@ -54,7 +62,11 @@ def soft_infonce(*, logits: Float[Array, "b b"], targets: Float[Array, "b b"]
   b = _check_square("logits", logits)
   if targets.shape != (b, b):
     raise ValueError(f"targets must have the logits' shape {(b, b)}, got {targets.shape}")
-  col_t = targets.T / jnp.sum(targets.T, -1, keepdims=True)
+  mass = jnp.sum(targets.T, -1, keepdims=True)
+  has_mass = mass > 0
+  # Double where: the guarded denominator keeps the unused branch (and its gradient) finite.
+  safe = jnp.where(has_mass, mass, 1.0)
+  col_t = jnp.where(has_mass, targets.T / safe, 0.0)
   rows = optax.losses.softmax_cross_entropy(logits, targets)
   cols = optax.losses.softmax_cross_entropy(logits.T, col_t)
   return 0.5 * (rows + cols)
@@ -85,8 +97,10 @@ def squash_uncertainty(u: Float[Array, " b"]) -> Float[Array, " b"]:
   """u~ = u / (u + median_batch(u)) in [0, 1): the batch median maps to 1/2.
 
   jaxlab interpretation of how the paper normalises its uncertainty before it sets
-  label softening. `u` must be >= 0 (NIG variances are); a zero median is floored at
-  1e-12 so an all-zero batch gives u~ = 0, never NaN.
+  label softening. `u` must be finite and >= 0 (NIG variances are); a concrete `u`
+  that is not raises ValueError. A zero median is floored at 1e-12 so an all-zero batch
+  gives u~ = 0, never NaN. Traced `u` is not checked: a NaN entry makes the batch median
+  NaN, hence the whole batch's u~ NaN (visible, never a silent value).
 
   Example:
     >>> squash_uncertainty(jnp.array([1.0, 2.0, 3.0])).tolist()
@@ -94,6 +108,7 @@ def squash_uncertainty(u: Float[Array, " b"]) -> Float[Array, " b"]:
   """
   if u.ndim != 1:
     raise ValueError(f"u must be [b], got shape {u.shape}")
+  _checks.check_positive("u", u, strict=False)
   med = jnp.maximum(jnp.median(u), 1e-12)
   return u / (u + med)
 
@@ -110,7 +125,9 @@ def soft_targets(similarities: Float[Array, "b b"], epsilon: Float[Array, " b"],
 
   Args:
     similarities: query-reference cosine similarities, [b, b].
-    epsilon: per-row softening in [0, 1), [b].
+    epsilon: per-row softening in [0, 1), [b]; a concrete value outside raises ValueError.
+      Traced values are not checked: a NaN eps_i makes row i NaN (only row i; a row
+      without any candidate negative keeps its mass on the positive whatever eps_i).
     num_hard: K, the number of hard negatives per row (1 <= K < b).
     temperature: tau_h of the softmax over the hard negatives' similarities (> 0).
     candidates: optional [b, b] mask of the negatives allowed in H_i (diagonal ignored).
@@ -126,6 +143,12 @@ def soft_targets(similarities: Float[Array, "b b"], epsilon: Float[Array, " b"],
   b = _check_square("similarities", similarities)
   if epsilon.shape != (b,):
     raise ValueError(f"epsilon must be [{b}], got shape {epsilon.shape}")
+  eps_np = _checks.concrete(epsilon)
+  if eps_np is not None:
+    _checks.check_finite("epsilon", eps_np)
+    if np.any((eps_np < 0) | (eps_np >= 1)):
+      raise ValueError(f"epsilon must lie in [0, 1) everywhere; got values in "
+                       f"[{float(eps_np.min()):.6g}, {float(eps_np.max()):.6g}]")
   if not 1 <= num_hard < b:
     raise ValueError(f"num_hard must lie in [1, {b - 1}] for a batch of {b}, got {num_hard}")
   if temperature <= 0:

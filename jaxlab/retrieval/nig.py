@@ -31,6 +31,8 @@ import numpy as np
 from jax.scipy.special import gammaln
 from jaxtyping import Array, Float
 
+from jaxlab.uq import _checks
+
 # Keeps nu, alpha - 1 and beta strictly positive where softplus underflows to 0 in float32.
 _MIN = 1e-6
 
@@ -62,6 +64,17 @@ def _check_same_shape(**xs) -> None:
     raise ValueError(f"NIG arguments must share one shape [b]; got {shapes}")
 
 
+def _check_domain(nu, alpha, beta) -> None:
+  """Concrete nu, beta must be finite and > 0, alpha finite and > 1 (traced: not checked)."""
+  _checks.check_positive("nu", nu)
+  _checks.check_positive("beta", beta)
+  a = _checks.concrete(alpha)
+  if a is not None:
+    _checks.check_finite("alpha", a)
+    if np.any(a <= 1):
+      raise ValueError(f"alpha must be > 1 everywhere; min value is {float(np.min(a))}")
+
+
 def der_nll(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[Array, "*b"],
             alpha: Float[Array, "*b"], beta: Float[Array, "*b"]) -> Float[Array, "*b"]:
   """Negative log marginal likelihood of `y` under NIG(gamma, nu, alpha, beta) (per example).
@@ -74,6 +87,9 @@ def der_nll(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[Array, "
   Args:
     y: regression targets.
     gamma, nu, alpha, beta: NIG parameters of the same shape (nu > 0, alpha > 1, beta > 0).
+      Concrete values outside that domain (or non-finite) raise ValueError; traced values
+      are not checked, and an out-of-domain entry gives a meaningless value (possibly
+      NaN/inf) for that example only.
 
   Returns:
     The per-example NLL (same shape as `y`).
@@ -84,6 +100,7 @@ def der_nll(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[Array, "
     0.98...
   """
   _check_same_shape(y=y, gamma=gamma, nu=nu, alpha=alpha, beta=beta)
+  _check_domain(nu, alpha, beta)
   omega = 2.0 * beta * (1.0 + nu)
   return (0.5 * jnp.log(jnp.pi / nu) - alpha * jnp.log(omega)
           + (alpha + 0.5) * jnp.log(jnp.square(y - gamma) * nu + omega)
@@ -108,7 +125,7 @@ def der_loss(y: Float[Array, "*b"], nig: NIGParams, *, reg_weight: float = 1e-2
 
   Args:
     y: regression targets.
-    nig: the head's NIG parameters.
+    nig: the head's NIG parameters (nu > 0, alpha > 1, beta > 0; checked as in `der_nll`).
     reg_weight: lambda_R of the evidence regulariser (Amini et al. use ~1e-2).
 
   Returns:
@@ -126,6 +143,12 @@ def der_loss(y: Float[Array, "*b"], nig: NIGParams, *, reg_weight: float = 1e-2
 def nig_uncertainty(nig: NIGParams) -> dict[str, Array]:
   """Aleatoric E[sigma^2] = beta / (alpha - 1) and epistemic Var[mu] = beta / (nu (alpha - 1)).
 
+  Args:
+    nig: NIG parameters with nu > 0, alpha > 1, beta > 0. Concrete values outside that
+      domain (or non-finite) raise ValueError; traced values are not checked, and an
+      out-of-domain entry gives a meaningless value (possibly NaN/inf or negative) for
+      that example only.
+
   Returns:
     dict with "aleatoric", "epistemic" and "total" (their sum), each of the parameters' shape.
 
@@ -134,6 +157,7 @@ def nig_uncertainty(nig: NIGParams) -> dict[str, Array]:
     >>> {k: float(v) for k, v in nig_uncertainty(p).items()}
     {'aleatoric': 0.5, 'epistemic': 0.25, 'total': 0.75}
   """
+  _check_domain(nig.nu, nig.alpha, nig.beta)
   aleatoric = nig.beta / (nig.alpha - 1.0)
   epistemic = aleatoric / nig.nu
   return {"aleatoric": aleatoric, "epistemic": epistemic, "total": aleatoric + epistemic}

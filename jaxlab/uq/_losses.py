@@ -162,10 +162,15 @@ def _kl_uniform(alpha: Array) -> Array:
           + jnp.sum((alpha - 1.0) * (digamma(alpha) - digamma(s)[..., None]), axis=-1))
 
 
-def edl_kl_weight(epoch: float | int | Array, *, anneal_epochs: float = 10.0) -> Array:
-  """Sensoy et al. (2018) annealing coefficient `min(1, epoch / anneal_epochs)`."""
-  if anneal_epochs <= 0:
-    raise ValueError(f"anneal_epochs must be > 0, got {anneal_epochs}")
+def edl_kl_weight(epoch: float | int | Array, *, anneal_epochs: float | Array = 10.0
+                  ) -> Array:
+  """Sensoy et al. (2018) annealing coefficient `min(1, epoch / anneal_epochs)`.
+
+  `anneal_epochs` must be finite and > 0: a concrete value that is not raises
+  ValueError; a traced one (e.g. under `jit`) is not checked (0 gives a weight of 1,
+  NaN at epoch 0; a negative value gives a weight <= 0).
+  """
+  _checks.check_positive("anneal_epochs", anneal_epochs)
   return jnp.minimum(1.0, jnp.asarray(epoch, jnp.float32) / anneal_epochs)
 
 

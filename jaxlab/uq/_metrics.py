@@ -22,8 +22,22 @@ def _np1(name: str, x) -> np.ndarray:
   return a
 
 
+def _bool_labels(name: str, labels) -> np.ndarray:
+  """`labels` as a flat bool array; only bool or {0, 1} values are accepted."""
+  y = np.asarray(labels).reshape(-1)
+  if y.dtype == bool:
+    return y
+  if y.dtype.kind not in "biuf":
+    raise ValueError(f"{name} must be bool or 0/1, got dtype {y.dtype}")
+  values = np.unique(y)
+  if not np.all((values == 0) | (values == 1)):
+    raise ValueError(f"{name} must be bool or 0/1, got values {values[:10].tolist()}"
+                     + (f" (and {values.size - 10} more)" if values.size > 10 else ""))
+  return y == 1
+
+
 def _binary(labels, scores) -> tuple[np.ndarray, np.ndarray]:
-  y = np.asarray(labels).reshape(-1).astype(bool)
+  y = _bool_labels("labels", labels)
   s = _np1("scores", scores)
   if y.shape != s.shape:
     raise ValueError(f"labels and scores must have the same length, got {y.shape} and {s.shape}")
@@ -35,6 +49,8 @@ def _binary(labels, scores) -> tuple[np.ndarray, np.ndarray]:
 def auroc(labels: Shaped[Array | np.ndarray, "n"] | Sequence[int],
           scores: Float[Array | np.ndarray, "n"] | Sequence[float]) -> float:
   """Area under the ROC curve of `scores` for binary `labels` (sklearn).
+
+  `labels` must be bool or 0/1 (1 = positive); other values raise ValueError.
 
   Example:
     >>> auroc([0, 0, 1, 1], [0.1, 0.2, 0.8, 0.9])
@@ -48,6 +64,8 @@ def auroc(labels: Shaped[Array | np.ndarray, "n"] | Sequence[int],
 def aupr(labels: Shaped[Array | np.ndarray, "n"] | Sequence[int],
          scores: Float[Array | np.ndarray, "n"] | Sequence[float]) -> float:
   """Area under the precision-recall curve (average precision, sklearn).
+
+  `labels` must be bool or 0/1 (1 = positive); other values raise ValueError.
 
   Example:
     >>> aupr([0, 1], [0.1, 0.9])
@@ -96,7 +114,7 @@ def misclassification_auroc(confidence: Float[Array | np.ndarray, "n"],
 
   Returns NaN when all predictions are correct (or all wrong): undefined.
   """
-  c = np.asarray(correct).reshape(-1).astype(bool)
+  c = _bool_labels("correct", correct)
   if c.all() or not c.any():
     return float("nan")
   return auroc(c, confidence)
@@ -105,7 +123,7 @@ def misclassification_auroc(confidence: Float[Array | np.ndarray, "n"],
 def misclassification_aupr(confidence: Float[Array | np.ndarray, "n"],
                            correct: Bool[Array | np.ndarray, "n"]) -> float:
   """AUPR with correct predictions as positives (NaN if undefined)."""
-  c = np.asarray(correct).reshape(-1).astype(bool)
+  c = _bool_labels("correct", correct)
   if c.all() or not c.any():
     return float("nan")
   return aupr(c, confidence)

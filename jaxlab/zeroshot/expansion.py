@@ -104,7 +104,8 @@ def fit_and_evaluate(world: World, arm: ArmConfig, train: TrainConfig,
   Returns:
     dict of scalars: s, u, H, T, within, between (unseen classes; means over sources),
     H_template_std and within_template_std (std over sources), weight_spread
-    (`metrics.template_spread` of the unseen weights), loss (final), cluster_purity.
+    (`metrics.template_spread` of the unseen weights), loss (final), cluster_rand_index
+    (pairwise Rand index of the routing's class grouping against the true groups).
   """
   if arm.routing not in routing.ROUTINGS:
     raise ValueError(f"arm.routing must be one of {routing.ROUTINGS}, got {arm.routing!r}")

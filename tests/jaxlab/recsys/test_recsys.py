@@ -33,6 +33,12 @@ def test_gumbel_top_k_keeps_exactly_k(k):
   np.testing.assert_array_equal(m, (z[1:] >= kth).astype(np.float32))
 
 
+@pytest.mark.parametrize("k", [0, -1, 5, 9, jnp.int32(0)])
+def test_top_k_mask_rejects_concrete_k_outside_one_to_d(k):
+  with pytest.raises(ValueError, match=r"k must be an integer scalar in \[1, 4\]"):
+    gates.top_k_mask(jnp.array([[0.3, -1.0, 2.0, 0.1]]), k)
+
+
 def test_shared_noise_gives_the_same_mask_for_equal_logits():
   z = jnp.tile(jax.random.normal(jax.random.key(0), (1, 40)), (5, 1))
   shared = gates.top_k_mask(z, 10, jax.random.key(1), True)
@@ -176,6 +182,18 @@ def test_genre_share_and_negatives():
   neg = metrics.sample_negatives(rng, inter, 12, 6)
   for row, n in zip(inter, neg, strict=True):
     assert len(set(n)) == 6 and not set(n) & set(row) and 0 not in n
+
+
+def test_genre_share_excludes_padding_when_k_exceeds_the_real_items():
+  scores = jnp.array([[-1e9, 0.9, 0.1, 0.5, 0.7], [5.0, 0.1, 0.2, jnp.nan, 0.3]])
+  genres = jnp.array([[0, 0], [1, 0], [0, 1], [1, 0], [0, 1]], jnp.float32)
+  # Every real item is listed once (row 1's NaN item last, its padding score ignored):
+  # genre 0 on items 1 and 3, i.e. 2 of the 4; genre 1 on items 2 and 4.
+  share_fn = jax.jit(metrics.top_k_genre_share, static_argnames="k")
+  share = share_fn(scores, genres, jnp.array([0, 1]), k=10)
+  np.testing.assert_allclose(share, [0.5, 0.5])
+  with pytest.raises(ValueError, match="k must be >= 1"):
+    metrics.top_k_genre_share(scores, genres, jnp.array([0, 0]), k=0)
 
 
 # --- world -----------------------------------------------------------------------------------

@@ -121,3 +121,30 @@ def test_bad_inputs_raise():
     losses.soft_targets(jnp.zeros((3, 3)), jnp.zeros(2))
   with pytest.raises((ValueError, TypeCheckError), match="targets"):
     losses.soft_infonce(logits=jnp.zeros((3, 3)), targets=jnp.eye(2))
+
+
+def test_soft_infonce_column_without_mass_adds_zero_and_keeps_gradients_finite():
+  # Rows on the simplex but no query targets reference 0: its column term is 0.
+  logits = jnp.array([[1.0, 2.0], [3.0, 0.0]])
+  t = jnp.array([[0.0, 1.0], [0.0, 1.0]])
+  per_pair = lambda x, y: losses.soft_infonce(logits=x, targets=y)
+  value_and_grads = jax.jit(lambda x, y: (per_pair(x, y), jax.grad(
+      lambda a, b: per_pair(a, b).sum(), argnums=(0, 1))(x, y)))
+  got, grads = value_and_grads(logits, t)
+  rows = _xent(logits, np.asarray(t))
+  cols = _xent(np.asarray(logits).T, np.array([[0.0, 0.0], [0.5, 0.5]]))
+  np.testing.assert_allclose(got, 0.5 * (rows + cols), rtol=1e-6)
+  assert all(np.isfinite(np.asarray(g)).all() for g in grads)
+
+
+def test_squash_uncertainty_rejects_negative_or_non_finite_u():
+  with pytest.raises(ValueError, match="u must be >= 0.*-1.0"):
+    losses.squash_uncertainty(jnp.array([-1.0, 1.0, 1.0]))
+  with pytest.raises(ValueError, match="u must be finite"):
+    losses.squash_uncertainty(jnp.array([1.0, jnp.nan, 3.0]))
+
+
+@pytest.mark.parametrize("eps", [-0.1, 1.0, 1.5, float("nan")])
+def test_soft_targets_rejects_epsilon_outside_unit_interval(eps):
+  with pytest.raises(ValueError, match="epsilon must"):
+    losses.soft_targets(jnp.eye(3), jnp.full(3, eps), num_hard=1)

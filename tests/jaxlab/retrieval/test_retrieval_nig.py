@@ -104,3 +104,19 @@ def test_head_rejects_mismatched_tokens(head):
   h, params = head
   with pytest.raises((ValueError, TypeCheckError), match="spatial"):
     h.apply(params, jnp.ones((3, 6)), jnp.ones((2, 5, 6)))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(nu=-1.0), "nu must be > 0"), (dict(nu=0.0), "nu must be > 0"),
+    (dict(alpha=0.5), "alpha must be > 1.*0.5"), (dict(alpha=1.0), "alpha must be > 1"),
+    (dict(beta=-1.0), "beta must be > 0"), (dict(beta=np.nan), "beta must be finite")])
+def test_concrete_out_of_domain_nig_parameters_raise(bad, match):
+  v = dict(nu=1.0, alpha=2.0, beta=1.0) | bad
+  p = nig.NIGParams(jnp.zeros(2),
+                    *(jnp.full(2, v[k], jnp.float32) for k in ("nu", "alpha", "beta")))
+  with pytest.raises(ValueError, match=match):
+    nig.der_nll(jnp.zeros(2), *p)
+  with pytest.raises(ValueError, match=match):
+    nig.der_loss(jnp.zeros(2), p)
+  with pytest.raises(ValueError, match=match):
+    nig.nig_uncertainty(p)

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jaxtyping import TypeCheckError
 from scipy import special
 
 from jaxlab import uq
@@ -118,3 +119,23 @@ def test_heads_shapes_and_ranges():
   np.testing.assert_allclose(p.omega.sum(-1), 1.0, rtol=1e-5)
   with pytest.raises(ValueError, match="evidence"):
     uq.EDLHead(num_classes=3, evidence="sigmoid").init(jax.random.key(0), h)
+
+
+def test_binary_metrics_accept_only_bool_or_zero_one_labels():
+  s = np.array([0.1, 0.2, 0.3, 0.9])
+  np.testing.assert_allclose(uq.auroc(np.array([0.0, 1.0, 0.0, 1.0]), s), 0.75)
+  np.testing.assert_allclose(uq.auroc(np.array([False, True, False, True]), s), 0.75)
+  with pytest.raises(ValueError, match=r"labels must be bool or 0/1, got values \[0, 1, 2\]"):
+    uq.auroc([0, 1, 2, 2], s)
+  with pytest.raises(ValueError, match=r"labels must be bool or 0/1, got values \[1, 2\]"):
+    uq.aupr([1, 2, 1, 2], s)
+  # `correct` is annotated Bool: the test-wide jaxtyping check may refuse it first.
+  with pytest.raises((ValueError, TypeCheckError), match="correct"):
+    uq.misclassification_auroc(s, [0, 1, 2, 2])
+
+
+def test_edl_kl_weight_works_under_jit_with_traced_anneal_epochs():
+  w = jax.jit(lambda e, n: uq.edl_kl_weight(e, anneal_epochs=n))(3.0, 10.0)
+  np.testing.assert_allclose(w, 0.3, rtol=1e-6)
+  with pytest.raises(ValueError, match="anneal_epochs must be > 0"):
+    uq.edl_kl_weight(1.0, anneal_epochs=jnp.float32(-2.0))

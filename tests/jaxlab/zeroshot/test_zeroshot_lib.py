@@ -155,8 +155,13 @@ def test_fit_and_evaluate_small_world_runs():
   arm = expansion.ArmConfig(num_groups=3, loss=mapping.LossConfig(lam_inv=1.0, lam_margin=1.0))
   out = expansion.fit_and_evaluate(w, arm, expansion.TrainConfig(num_steps=3, latent_dim=4,
                                                                  hidden_dim=8), jax.random.key(0))
-  for k in ("s", "u", "H", "T", "within", "between", "weight_spread"):
+  for k in ("s", "u", "H", "T", "within", "between", "weight_spread", "cluster_rand_index"):
     assert 0.0 <= float(out[k]) <= 1.0 + 1e-6, k
   with pytest.raises(ValueError, match="routing"):
     expansion.fit_and_evaluate(w, expansion.ArmConfig(routing="x"), expansion.TrainConfig(),
                                jax.random.key(0))
+
+
+def test_fit_and_evaluate_docstring_names_the_returned_cluster_key():
+  doc = expansion.fit_and_evaluate.__doc__
+  assert "cluster_rand_index" in doc and "cluster_purity" not in doc
