@@ -41,6 +41,14 @@ QUANTIZERS = ("f32", "bf16", "fp8_e4m3", "int4", "grid")
 _PRESET_QUANTIZERS = {"fp8_e4m3": ("fp8_e4m3", "tensor", 32),
                       "fp8_e4m3_row": ("fp8_e4m3", "row", 32),
                       "int4_g32": ("int4", "tensor", 32)}
+# Defaults of `Quantizer.granularity` / `block_size`. The fields default to `_UNSET`
+# so that an option passed along with a preset name can be told from the default.
+_DEFAULT_GRANULARITY, _DEFAULT_BLOCK_SIZE = "tensor", 32
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+# Grid steps: normal float32 numbers with a normal reciprocal (XLA on CPU flushes
+# subnormals, so x / step must not lose the step), and at most 2**97 so that the
+# largest code times the step, (2**31 - 128) * 2**97, is float32's maximum, not Inf.
+_MIN_STEP, _MAX_STEP = 2.0 ** -126, 2.0 ** 97
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,28 +57,42 @@ class Quantizer:
 
   Build it by family and options (`Quantizer("int4", block_size=32)`) or by a
   `jaxlab.formats` preset name with float32 scales (`Quantizer("fp8_e4m3_row")`,
-  `Quantizer("int4_g32")`); both spellings give equal quantizers.
+  `Quantizer("int4_g32")`); both spellings give equal quantizers. A preset
+  fixes granularity and block size: passing another value with it is a
+  ValueError (`Quantizer("int4_g32", block_size=128)`; use the family name).
 
   Attributes:
     name: one of `QUANTIZERS`, or a preset of `_PRESET_QUANTIZERS` (normalized
       to its family and options).
-    granularity: fp8_e4m3 only: "tensor" (one scale) or "row" (one scale per
-      slice along axis 0, i.e. per output channel of an [in, out] kernel).
-    block_size: int4 only: group size along axis 0 (zero-padded when the axis
-      is not a multiple; padding is cropped on dequantize).
-    step: grid only: the grid spacing.
+    granularity: fp8_e4m3 only: "tensor" (one scale; the default) or "row"
+      (one scale per slice along axis 0, i.e. per output channel of an
+      [in, out] kernel).
+    block_size: int4 only: group size along axis 0 (default 32; zero-padded
+      when the axis is not a multiple; padding is cropped on dequantize).
+    step: grid only: the grid spacing, a number in [2^-126, 2^97] (its
+      float32 value and reciprocal are normal float32 numbers, and every
+      code times it is finite).
   """
   name: str
-  granularity: str = "tensor"
-  block_size: int = 32
+  granularity: str = _UNSET
+  block_size: int = _UNSET
   step: float = 1.0
 
   def __post_init__(self):
     if self.name in _PRESET_QUANTIZERS and self.name not in QUANTIZERS:
       name, granularity, block_size = _PRESET_QUANTIZERS[self.name]
+      for field, preset in (("granularity", granularity), ("block_size", block_size)):
+        got = getattr(self, field)
+        if got is not _UNSET and got != preset:
+          raise ValueError(f"{field}={got!r} contradicts the preset {self.name!r} ({field}="
+                           f"{preset!r}); pass the family name {name!r} with {field}={got!r}")
       object.__setattr__(self, "name", name)
       object.__setattr__(self, "granularity", granularity)
       object.__setattr__(self, "block_size", block_size)
+    if self.granularity is _UNSET:
+      object.__setattr__(self, "granularity", _DEFAULT_GRANULARITY)
+    if self.block_size is _UNSET:
+      object.__setattr__(self, "block_size", _DEFAULT_BLOCK_SIZE)
     if self.name not in QUANTIZERS:
       hint = (" (that jaxlab.formats preset has no float32-scale storage: use one of "
               f"{sorted(_PRESET_QUANTIZERS)})" if self.name in formats.PRESETS else "")
@@ -81,8 +103,10 @@ class Quantizer:
     if not (isinstance(self.block_size, int) and not isinstance(self.block_size, bool)
             and self.block_size >= 2 and self.block_size % 2 == 0):
       raise ValueError(f"block_size must be an even int >= 2, got {self.block_size!r}")
-    if not (isinstance(self.step, (int, float)) and self.step > 0):
-      raise ValueError(f"step must be a positive number, got {self.step!r}")
+    if (isinstance(self.step, bool) or not isinstance(self.step, (int, float))
+        or not _MIN_STEP <= self.step <= _MAX_STEP):
+      raise ValueError(f"step must be a number in [2**-126, 2**97] (a normal float32 with a "
+                       f"normal reciprocal; codes times it stay finite), got {self.step!r}")
 
   @property
   def code_dtype(self) -> Any:

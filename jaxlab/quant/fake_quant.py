@@ -193,15 +193,39 @@ def _round_ste_bwd(fmt, res, g):
 _round_ste.defvjp(_round_ste_fwd, _round_ste_bwd)
 
 
+def _concrete(v: Any) -> np.ndarray | None:
+  """`v` as a numpy array, or None when it is a tracer (its value is not known yet)."""
+  try:
+    return np.asarray(v)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def _bits_ok(bits: Any) -> Array:
+  """Where array `bits` is allowed: in [2, 8] (quantize) or >= 16 (full precision)."""
+  bits = jnp.asarray(bits)
+  return ((bits >= 2) & (bits <= 8)) | (bits >= FULL_PRECISION_BITS)
+
+
 def _bounds(bits: Any, fmt: str, absmax_m: str):
-  """`grid_bounds` for a static int, or jnp values for traced `bits` (int grids only)."""
+  """`grid_bounds` for a static int, or jnp values for array `bits` (int grids only).
+
+  Concrete array bits are checked like ints (ValueError). Traced bits outside
+  [2, 8] and >= 16 cannot raise: the bounds are computed from bits clipped to
+  [2, 8] (finite), and the callers return NaN where `_bits_ok` is False.
+  """
   if isinstance(bits, (int, np.integer)):
     return tuple(jnp.float32(v) for v in grid_bounds(int(bits), fmt, absmax_m))
   if fmt != "int":
     raise ValueError(f"traced bits need fmt='int', got {fmt!r}")
   if absmax_m not in ABSMAX_M:
     raise ValueError(f"absmax_m must be one of {ABSMAX_M}, got {absmax_m!r}")
-  half = jnp.exp2(jnp.asarray(bits, jnp.float32) - 1.0)
+  value = _concrete(bits)
+  if value is not None and not np.all(((value >= 2) & (value <= 8))
+                                      | (value >= FULL_PRECISION_BITS)):
+    raise ValueError(f"integer bits must be in [2, 8] (or >= {FULL_PRECISION_BITS} for none), "
+                     f"got {value.tolist()}")
+  half = jnp.exp2(jnp.clip(jnp.asarray(bits), 2, 8).astype(jnp.float32) - 1.0)
   return -half, half - 1.0, half if absmax_m == "paper" else half - 1.0
 
 
@@ -257,7 +281,8 @@ def fake_quant(x: Float[Array, "*b k"], *, bits: Any = None, group_size: Any = _
     x: float array [..., K]; groups are `group_size` contiguous elements of K.
     bits: element bits. Grid families: required, an int (>= 16 returns `x`
       unchanged) or a traced int scalar (fmt "int" only; values >= 16 select
-      `x` unchanged, others must lie in [2, 8]), so one compiled program
+      `x` unchanged, others must lie in [2, 8]: a concrete array outside
+      raises, a traced value outside gives NaN), so one compiled program
       serves several precisions. Named formats: None (the format's own bits),
       the format's element bits, or >= 16 (returns `x`).
     group_size: grid families: required, G dividing K, or None for one group
@@ -327,6 +352,8 @@ def fake_quant(x: Float[Array, "*b k"], *, bits: Any = None, group_size: Any = _
   out = (q * scale).reshape(x.shape).astype(x.dtype)
   out = _keep_non_finite(x, out)
   if not static:
+    # Traced bits outside [2, 8] and >= 16 give NaN (never a silent wrong grid).
+    out = jnp.where(_bits_ok(bits), out, jnp.nan)
     out = jnp.where(jnp.asarray(bits) >= FULL_PRECISION_BITS, x, out)
   return out
 
@@ -337,17 +364,36 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   """`fake_quant` (INT, AbsMax) with traced `bits` and a traced `group_size`.
 
   `group_size` must equal one of the static `group_sizes` (divisors of K; K
-  itself = per-channel/per-token). Each candidate's per-element AbsMax is
-  computed (cheap reductions) and the traced G selects one, so a single
-  compiled program serves every G and precision of a grid; the rounding,
-  straight-through gradient and non-finite rule are those of `fake_quant`.
-  Values equal `fake_quant` with the same static arguments.
+  itself, or None, = per-channel/per-token). Each candidate's per-element
+  AbsMax is computed (cheap reductions) and the traced G selects one, so a
+  single compiled program serves every G and precision of a grid; the
+  rounding, straight-through gradient and non-finite rule are those of
+  `fake_quant`. Values equal `fake_quant` with the same static arguments.
+
+  Bits and G that are not allowed (bits outside [2, 8] and >= 16; a G not in
+  `group_sizes`, unless bits >= 16) raise ValueError when their values are
+  concrete; under trace they give NaN, never another bit width or G.
   """
   if x.ndim < 1:
     raise ValueError(f"x must have at least one axis (K last), got shape {x.shape}")
   check_bits(bits)
   k = x.shape[-1]
+  if not group_sizes:
+    raise ValueError(f"group_sizes must name at least one group size, got {group_sizes!r}")
   sizes = tuple(dict.fromkeys(resolve_group_size(k, g, "group_sizes") for g in group_sizes))
+  if group_size is None:
+    group_size = k
+  if isinstance(group_size, (bool, np.bool_)):
+    raise ValueError(f"group_size must be an int (or an integer array when traced), "
+                     f"got the bool {group_size!r}")
+  g_value, bits_value = _concrete(group_size), _concrete(bits)
+  if g_value is not None:
+    unlisted = ~np.isin(g_value, sizes)
+    if bits_value is not None:
+      unlisted &= bits_value < FULL_PRECISION_BITS
+    if np.any(unlisted):
+      raise ValueError(f"group_size must be one of group_sizes {sizes} (K={k} = per-channel), "
+                       f"got {g_value.tolist()}")
   qmin, qmax, m = _bounds(bits, "int", absmax_m)
   xf = x.astype(jnp.float32)
   a = jax.lax.stop_gradient(_finite_abs(xf))
@@ -359,6 +405,9 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   scale = _scale(clip, m)
   xs = jnp.where(jnp.isfinite(xf), xf, 0.0)
   out = _keep_non_finite(x, (_round_ste(_divide(xs, scale), qmin, qmax, m, "int") * scale).astype(x.dtype))
+  # Traced bits or G that are not allowed give NaN (never a silent other grid or G).
+  listed = functools.reduce(jnp.logical_or, [group_size == g for g in sizes])
+  out = jnp.where(_bits_ok(bits) & listed, out, jnp.nan)
   return jnp.where(jnp.asarray(bits) >= FULL_PRECISION_BITS, x, out)
 
 

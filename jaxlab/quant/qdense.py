@@ -115,7 +115,8 @@ class QuantSpec:
             or isinstance(g, int) and not isinstance(g, bool) and g > 0)
       if not ok:
         raise ValueError(f"{name} must be a positive int or None (per-channel), got {g!r}")
-    if isinstance(self.lac_init, bool) or not isinstance(self.lac_init, (int, float)):
+    if (isinstance(self.lac_init, bool) or not isinstance(self.lac_init, (int, float))
+        or not 0.0 < self.lac_init < 1.0):
       raise ValueError(f"lac_init must be a float in (0, 1), got {self.lac_init!r}")
 
   @property
@@ -133,6 +134,20 @@ class QuantSpec:
   @property
   def act_group(self) -> int | None:
     return self.group_size if self.a_group_size == "same" else self.a_group_size
+
+
+def _check_runtime_groups(spec: QuantSpec, group_sizes: tuple, where: str = "") -> None:
+  """Raises ValueError unless each quantized operand's G of `spec` is in `group_sizes`.
+
+  An operand at >= 16 bits (full precision) has no G to check. Values are
+  compared as given (None = per-channel), before K is known.
+  """
+  for label, bits, g in (("w", spec.w_bits, spec.weight_group),
+                         ("a", spec.a_bits, spec.act_group)):
+    if bits < FULL_PRECISION_BITS and g not in group_sizes:
+      raise ValueError(f"{where}{label}_group_size/group_size={g!r} is not one of "
+                       f"runtime_group_sizes {tuple(group_sizes)}: a run-time model only "
+                       "switches between those (add it to them)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +172,9 @@ class QuantPolicy(QuantSpec):
       (w_bits, a_bits, w_group, a_group; int32 scalars; bits >= 16 = off) and
       `runtime_knobs` fills them from any static policy. One compiled program
       then trains every precision and G of a grid (INT formats, AbsMax only).
+      The policy's own G values (and its overrides', for operands below 16
+      bits) are the initial knobs, so each must be one of these sizes
+      (ValueError otherwise; a G is never silently replaced by another).
   """
   overrides: Any = ()
   quantize_lm_head: bool = False
@@ -187,12 +205,27 @@ class QuantPolicy(QuantSpec):
       except ValueError as e:
         raise ValueError(f"overrides[{pattern!r}]: {e}") from None
     if self.runtime_group_sizes is not None:
-      object.__setattr__(self, "runtime_group_sizes", tuple(self.runtime_group_sizes))
-      if (self.weight_fmt != "int" or self.act_fmt != "int"
-          or self.act_quantizer != "absmax"):
-        raise ValueError("runtime_group_sizes needs fmt='int' and act_quantizer='absmax', got "
-                         f"fmt={self.fmt!r} (w_fmt={self.w_fmt!r}, a_fmt={self.a_fmt!r}), "
-                         f"act_quantizer={self.act_quantizer!r}")
+      sizes = self.runtime_group_sizes
+      if isinstance(sizes, str) or not isinstance(sizes, (tuple, list)) or not sizes:
+        raise ValueError("runtime_group_sizes must be None or a non-empty tuple of group sizes, "
+                         f"got {sizes!r}")
+      for g in sizes:
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
+          raise ValueError("runtime_group_sizes entries must be positive ints or None "
+                           f"(per-channel), got {g!r} in {sizes!r}")
+      object.__setattr__(self, "runtime_group_sizes", tuple(sizes))
+      # The policy's own G (and each override's) are the initial knobs of the model.
+      for pattern, spec in [(None, self)] + [
+          (p, QuantSpec(**{**{f: getattr(self, f) for f in _OVERRIDABLE}, **dict(over)}))
+          for p, over in self.overrides]:
+        where = "" if pattern is None else f"overrides[{pattern!r}]: "
+        if (spec.weight_fmt != "int" or spec.act_fmt != "int"
+            or spec.act_quantizer != "absmax"):
+          raise ValueError(f"{where}runtime_group_sizes needs fmt='int' and "
+                           f"act_quantizer='absmax', got fmt={spec.fmt!r} "
+                           f"(w_fmt={spec.w_fmt!r}, a_fmt={spec.a_fmt!r}), "
+                           f"act_quantizer={spec.act_quantizer!r}")
+        _check_runtime_groups(spec, self.runtime_group_sizes, where)
 
   def resolve(self, path: str) -> QuantSpec:
     """The spec of the module at `path` (e.g. "block_0/mlp/down")."""
@@ -294,7 +327,7 @@ class QDense(nn.Module):
     self._check_overrides()
     k = x.shape[-1]
     if getattr(self.policy, "runtime_group_sizes", None) is not None:
-      return self._runtime(x, spec, self.policy.runtime_group_sizes)
+      return self._runtime(x, spec, self.policy.runtime_group_sizes, path)
     # Validate group sizes (or a named format's block) before any parameter is created.
     wfmt, afmt = resolve_format(spec.weight_fmt), resolve_format(spec.act_fmt)
     wg = ag = None
@@ -348,9 +381,15 @@ class QDense(nn.Module):
     if isinstance(root, Mapping) and _has_path(root, tuple(self.scope.path)):
       check_overrides(self.policy, root)
 
-  def _runtime(self, x, spec, group_sizes):
+  def _runtime(self, x, spec, group_sizes, path):
     k = x.shape[-1]
-    sizes = tuple(resolve_group_size(k, g) for g in group_sizes)
+    sizes = tuple(resolve_group_size(k, g, "runtime_group_sizes") for g in group_sizes)
+    # The initial knobs (this path's spec, overrides combined) must be a listed G.
+    for label, bits, g in (("w", spec.w_bits, spec.weight_group),
+                           ("a", spec.a_bits, spec.act_group)):
+      if bits < FULL_PRECISION_BITS and resolve_group_size(k, g) not in sizes:
+        raise ValueError(f"{label}_group_size/group_size={g!r} of the module at {path!r} is "
+                         f"not one of runtime_group_sizes {group_sizes} (K={k})")
     # Group -1 stands for per-channel/per-token (G = K).
     init = lambda bits, g: (jnp.int32(bits), jnp.int32(-1 if g is None else g))
     w_bits, w_group = init(spec.w_bits, spec.weight_group)
@@ -370,7 +409,8 @@ class QDense(nn.Module):
     return jnp.einsum("...k,kf->...f", x.astype(self.dtype), kernel.astype(self.dtype))
 
 
-def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "") -> dict:
+def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "",
+                  group_sizes: tuple | None = None) -> dict:
   """The "qat" collection that makes a `runtime_group_sizes` model compute `policy`.
 
   Args:
@@ -378,13 +418,21 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "") -> dict:
       `runtime_group_sizes`).
     qat: the model's "qat" collection (from `model.init`), used for its paths.
     prefix: module path of `qat`'s root (e.g. the `path_name` of a lone QDense).
+    group_sizes: the model's `runtime_group_sizes` (default:
+      `policy.runtime_group_sizes`). When known, every G that `policy` gives a
+      module (an operand below 16 bits) must be one of them; without it an
+      unlisted G is caught by the model itself (ValueError for concrete knobs,
+      NaN outputs under jit; never another G).
 
   Returns:
     A tree like `qat` with int32 scalars.
 
   Raises:
-    ValueError: a `policy.overrides` pattern matches no module of `qat`.
+    ValueError: a `policy.overrides` pattern matches no module of `qat`, or a
+      resolved G is not in `group_sizes`.
   """
+  if group_sizes is None:
+    group_sizes = policy.runtime_group_sizes
   knob_paths = []
 
   def paths(node, path):
@@ -399,6 +447,8 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "") -> dict:
   def walk(node, path):
     if "w_bits" in node:  # a QDense's knobs (the root itself for a lone QDense)
       spec = policy.resolve("/".join(path))
+      if group_sizes is not None:
+        _check_runtime_groups(spec, tuple(group_sizes), f"runtime_knobs at {'/'.join(path)!r}: ")
       out = {}
       for name, bits, g in (("w", spec.w_bits, spec.weight_group),
                             ("a", spec.a_bits, spec.act_group)):

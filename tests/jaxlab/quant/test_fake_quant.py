@@ -103,3 +103,35 @@ def test_kurtosis():
   x = jax.random.normal(jax.random.key(3), (200_000,))
   assert abs(float(kurtosis(x)) - 3.0) < 0.1
   assert float(kurtosis(x.at[:100].mul(30.0))) > 10.0
+
+
+def test_dynamic_unlisted_group_size_raises_or_gives_nan():
+  # Old code: a G not in group_sizes silently used the last one (here per-channel).
+  x = jax.random.normal(jax.random.key(1), (2, 32))
+  with pytest.raises(ValueError, match=r"group_size must be one of group_sizes \(16, 32\)"):
+    fake_quant_dynamic(x, bits=4, group_size=8, group_sizes=(16, 32))
+  # Traced: one program for (bits, G) = (4, 8) unlisted, (16, 8) full precision, (4, 16).
+  f = jax.jit(jax.vmap(lambda b, g: fake_quant_dynamic(x, bits=b, group_size=g,
+                                                       group_sizes=(16, 32))))
+  got = np.asarray(f(jnp.array([4, 16, 4]), jnp.array([8, 8, 16])))
+  assert np.isnan(got[0]).all()
+  np.testing.assert_array_equal(got[1], x)  # full precision: G is not used
+  assert np.isfinite(got[2]).all() and not np.array_equal(got[2], x)
+
+
+def test_array_bits_out_of_range_raise_or_give_nan():
+  # Old code: array bits 1, 0, -3, 12 were used as is (e.g. -12.0 everywhere for -3).
+  x = jnp.array([[0.1, -0.8, 0.4, 0.3]])
+  for b in (1, 0, -3, 12):
+    with pytest.raises(ValueError, match=rf"bits must be in \[2, 8\].*got {b}"):
+      fake_quant(x, bits=jnp.int32(b), group_size=4)
+    with pytest.raises(ValueError, match=rf"bits must be in \[2, 8\].*got {b}"):
+      fake_quant_dynamic(x, bits=jnp.int32(b), group_size=4, group_sizes=(4,))
+  # Traced: NaN outside [2, 8] and >= 16; INT2 s = 0.8 / 2 = 0.4, INT4 s = 0.1 (exact).
+  f = jax.jit(jax.vmap(lambda b: (fake_quant(x, bits=b, group_size=4), fake_quant_dynamic(
+      x, bits=b, group_size=4, group_sizes=(4,)))))
+  bits = jnp.array([1, 0, -3, 12, 2, 4, 16])
+  for got in f(bits):
+    got = np.asarray(got)[:, 0]
+    assert np.isnan(got[:4]).all()
+    np.testing.assert_allclose(got[4:], [[0.0, -0.8, 0.4, 0.4], x[0], x[0]], atol=1e-7)

@@ -70,7 +70,8 @@ def test_lm_head_stays_full_precision_and_kurtosis_sown():
 
 def test_runtime_knobs_match_static_policies():
   x = jax.random.normal(jax.random.key(4), (3, 32))
-  dyn = QDense(8, policy=QuantPolicy(runtime_group_sizes=(8, 32, None)), path_name="mlp/down")
+  dyn = QDense(8, policy=QuantPolicy(group_size=8, runtime_group_sizes=(8, 32, None)),
+               path_name="mlp/down")
   variables = dyn.init(jax.random.key(0), x)
   apply = jax.jit(dyn.apply)
   for policy in (QuantPolicy(w_bits=16, a_bits=16), QuantPolicy(w_bits=4, a_bits=4, group_size=8),
@@ -82,3 +83,29 @@ def test_runtime_knobs_match_static_policies():
     got = apply({"params": variables["params"],
                  "qat": runtime_knobs(policy, variables["qat"], prefix="mlp/down")}, x)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_runtime_group_sizes_refuse_an_unlisted_group():
+  # Old code: G = 8 with runtime_group_sizes (16, None) was accepted everywhere and the
+  # model silently ran per-channel groups (the jnp.select default), not G = 8.
+  with pytest.raises(ValueError, match=r"w_group_size/group_size=8 is not one of runtime"):
+    QuantPolicy(w_bits=4, a_bits=4, group_size=8, runtime_group_sizes=(16, None))
+  with pytest.raises(ValueError, match=r"overrides\['mlp/down'\]: a_group_size/group_size=8"):
+    QuantPolicy(group_size=16, runtime_group_sizes=(16, None),
+                overrides={"mlp/down": {"a_group_size": 8}})
+  with pytest.raises(ValueError, match="runtime_group_sizes entries"):
+    QuantPolicy(group_size=16, runtime_group_sizes=(16, 0))
+  QuantPolicy(w_bits=16, a_bits=16, runtime_group_sizes=(16,))  # full precision: G unused
+  # Shapes only (jax.eval_shape): the checks run at trace time, nothing is compiled.
+  x = jax.ShapeDtypeStruct((2, 32), jnp.float32)
+  dyn = QDense(4, policy=QuantPolicy(group_size=16, runtime_group_sizes=(16, None)),
+               path_name="mlp/down")
+  variables = jax.eval_shape(dyn.init, jax.random.key(0), x)
+  g8 = QuantPolicy(w_bits=4, a_bits=4, group_size=8)
+  with pytest.raises(ValueError, match=r"runtime_knobs at 'mlp/down': w_group_size/group_size=8"):
+    runtime_knobs(g8, variables["qat"], prefix="mlp/down", group_sizes=(16, None))
+  # Without the sizes runtime_knobs cannot tell; under jit the model gives NaN, not another G.
+  qat = runtime_knobs(g8, variables["qat"], prefix="mlp/down")
+  params = {"kernel": jnp.full((32, 4), 0.1)}
+  y = jax.jit(dyn.apply)({"params": params, "qat": qat}, jnp.ones((2, 32)))
+  assert np.isnan(np.asarray(y)).all()

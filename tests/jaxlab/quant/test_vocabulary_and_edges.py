@@ -173,10 +173,21 @@ def test_override_typo_is_an_error_at_apply():
 
 def test_runtime_knobs_rejects_override_typo():
   x = jnp.ones((3, 32))
-  dyn = QDense(8, policy=QuantPolicy(runtime_group_sizes=(8, 32)), path_name="mlp/down")
+  dyn = QDense(8, policy=QuantPolicy(group_size=8, runtime_group_sizes=(8, 32)),
+               path_name="mlp/down")
   qat = dyn.init(jax.random.key(0), x)["qat"]
   runtime_knobs(QuantPolicy(group_size=8, overrides={"mlp/down": {"a_bits": 8}}), qat,
                 prefix="mlp/down")
   with pytest.raises(ValueError, match="mlp/donw"):
     runtime_knobs(QuantPolicy(group_size=8, overrides={"mlp/donw": {"a_bits": 8}}), qat,
                   prefix="mlp/down")
+
+
+def test_lac_init_is_checked_at_construction():
+  # Old code: lac_init outside (0, 1) was accepted here and only failed at init/apply.
+  for bad in (1.5, 0.0, 1.0, -0.2, float("nan")):
+    with pytest.raises(ValueError, match="lac_init must be a float in"):
+      QuantPolicy(act_quantizer="lac", lac_init=bad, group_size=None)
+  with pytest.raises(ValueError, match=r"overrides\['mlp'\]: lac_init"):
+    QuantPolicy(act_quantizer="lac", group_size=None, overrides={"mlp": {"lac_init": 1.5}})
+  assert QuantPolicy(act_quantizer="lac", lac_init=0.5, group_size=None).lac_init == 0.5
