@@ -23,7 +23,7 @@ per-byte costs, the Fano form of the threshold, and the normalised reward of
 Example:
   >>> cm = CostModel()
   >>> round(cm.rho, 4), round(critical_entropy(cm.rho, 256), 3)
-  (0.6667, 4.33)
+  (0.6667, 4.331)
 """
 
 import dataclasses

@@ -31,8 +31,11 @@ class Decoded(NamedTuple):
   """Completions of a batch and the uncertainty at each position.
 
   tokens: int32 [b, n]; entropy, p_max, logp (of the chosen token): float32
-  [b, n], over the distribution actually decoded from; lengths: int32 [b],
-  tokens before the first newline (n if none); ended: bool [b], a newline came.
+  [b, n], over the distribution actually decoded from: softmax(logits / T) when
+  sampling at temperature T > 0, the model's softmax(logits) (T = 1) when
+  greedy (whose point mass would carry no uncertainty: these are the values the
+  APC thresholds read); lengths: int32 [b], tokens before the first newline (n
+  if none); ended: bool [b], a newline came.
   """
   tokens: Array
   entropy: Array
@@ -69,7 +72,9 @@ def decode(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"], 
     prompts: int32 [b, p].
     key: PRNG key (unused when greedy).
     num_tokens: completion length n >= 1.
-    temperature: 0 = greedy (hard completion), > 0 samples.
+    temperature: 0 = greedy (hard completion), > 0 samples from
+      softmax(logits / temperature); the recorded entropy, p_max and logp are
+      those of that distribution (of softmax(logits) when greedy).
     allow_placeholder: False removes `<PH>` from the distribution (the hard
       completion of a placeholder-trained model).
 
@@ -89,11 +94,12 @@ def decode(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"], 
   def step(carry, key):
     last, cache = carry
     logits = _mask_placeholder(last, allow_placeholder)
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
     if temperature == 0:
       token = jnp.argmax(logits, -1).astype(jnp.int32)
-    else:
-      token = jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+    else:  # the recorded uncertainty is that of the sampling distribution
+      logits = logits / temperature
+      token = jax.random.categorical(key, logits).astype(jnp.int32)
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
     ent = cost_lib.entropy(logits)
     p_max = jnp.exp(logp_all.max(-1))
     logp = jnp.take_along_axis(logp_all, token[:, None], axis=-1)[:, 0]
@@ -108,11 +114,19 @@ def decode(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"], 
 
 
 def sequence_logp(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"],
-                  tokens: Int[Array | np.ndarray, "b n"]) -> Float[Array | np.ndarray, "b n"]:
-  """Teacher-forced log-probability of each completion token given the prompt."""
+                  tokens: Int[Array | np.ndarray, "b n"], *,
+                  temperature: float = 1.0) -> Float[Array | np.ndarray, "b n"]:
+  """Teacher-forced log-probability of each completion token given the prompt.
+
+  Under softmax(logits / temperature), the distribution `decode` samples from at
+  that temperature (its `logp` when `allow_placeholder`), so a policy gradient
+  differentiates the policy that produced the samples.
+  """
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
   seq = jnp.concatenate([prompts, tokens], axis=1)
   logits = model.apply({"params": params}, seq[:, :-1])[:, prompts.shape[1] - 1:]
-  logp = jax.nn.log_softmax(logits, axis=-1)
+  logp = jax.nn.log_softmax(logits / temperature, axis=-1)
   return jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
 
 

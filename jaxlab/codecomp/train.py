@@ -4,7 +4,8 @@
   rows with a loss mask on the target and its newline; `sft_loss` is the masked
   next-byte cross-entropy.
 * `grpo_step` samples `group_size` completions per prompt from the current
-  policy, scores each with the simulated user (`cost.editing_cost`), turns the
+  policy (softmax(logits / temperature), whose log-probs the surrogate
+  differentiates), scores each with the simulated user (`cost.editing_cost`), turns the
   `cost_reward`s into group-relative advantages (`jaxlab.rl.grpo`) and takes one
   clipped-surrogate step. One update per batch, so the sampling policy is the
   current one and the ratio is 1 at the update (old log-probs are the stopped
@@ -12,9 +13,10 @@
   the group baseline).
 
 Example:
-  >>> step = make_grpo_step(model, tx, costs, prefix_len=64, num_tokens=24,
+  >>> step = make_grpo_step(model, tx, costs, num_tokens=24,
   ...                       group_size=8)                        # doctest: +SKIP
-  >>> params, opt_state, metrics = step(params, opt_state, prompts, targets, lens, key)
+  >>> params, opt_state, metrics = step(params, opt_state, prompts, targets, lens,
+  ...                                   key)                     # doctest: +SKIP
 """
 
 import functools
@@ -92,10 +94,15 @@ def make_grpo_step(model: Transformer, tx: optax.GradientTransformation,
 
   `step(params, opt_state, prompts [b, p], targets [b, m], target_lens [b], key)`
   returns `(params, opt_state, metrics)` with the batch's mean reward, cost and
-  placeholder spans per completion.
+  placeholder spans per completion. Completions are sampled at `temperature`
+  (> 0: greedy groups would be identical) and the surrogate differentiates the
+  log-probabilities of that same distribution, softmax(logits / temperature),
+  so the policy gradient is that of the sampling policy.
   """
   if group_size < 2:
     raise ValueError(f"group_size must be >= 2, got {group_size}")
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
 
   @jax.jit
   def step(params, opt_state, prompts, targets, target_lens, key):
@@ -112,7 +119,7 @@ def make_grpo_step(model: Transformer, tx: optax.GradientTransformation,
     mask = jnp.arange(num_tokens)[None, :] <= out.lengths[:, None]
 
     def loss_fn(params):
-      logp = sequence_logp(model, params, p_rep, out.tokens)
+      logp = sequence_logp(model, params, p_rep, out.tokens, temperature=temperature)
       return grpo.clipped_surrogate_loss(logp, jax.lax.stop_gradient(logp), adv, mask,
                                          eps_low=eps_low, eps_high=eps_high)
 

@@ -62,7 +62,9 @@ def forward_kinematics(
     local_rot: [..., J, 3, 3] local rotation matrices.
     root_pos: [..., 3] root position. The batch dimensions of the three broadcast.
     num_levels: rounds of parent-to-child propagation; at least the tree depth
-      + 1 gives the exact result. None uses J (always enough).
+      + 1 gives the exact result (fewer leave the deepest joints unfinished; not
+      checked here, where padding joints are not told apart: the
+      `jaxlab.motion.training` entry points check it). None uses J (always enough).
 
   Returns:
     (positions [..., J, 3], global rotations [..., J, 3, 3]).

@@ -109,9 +109,43 @@ def skeleton_inputs(data: dict[str, Array], text_table: Float[Array | np.ndarray
                              parents=parents, depth=data["depth"], mask=data["mask"])
 
 
+def _concrete(x) -> np.ndarray | None:
+  """`x` as a numpy array, or None when it is traced (inside `jit` / `vmap`)."""
+  if isinstance(x, getattr(jax.core, "Tracer", ())):
+    return None
+  try:
+    return np.asarray(x)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def check_num_levels(num_levels: int, data: dict[str, Array]) -> None:
+  """Raises ValueError when `num_levels` < deepest real joint of `data` + 1.
+
+  Fewer FK rounds silently leave the deepest joints at wrong positions. The
+  check needs concrete depths: it runs on eager calls and is skipped when
+  `data` is traced (inside `jit` / `vmap`), where the caller must pass enough.
+  """
+  depth = _concrete(data["depth"])
+  if depth is None or depth.size == 0:
+    return
+  mask = _concrete(data["mask"]) if "mask" in data else None
+  if mask is not None:
+    depth = np.where(np.broadcast_to(mask, depth.shape), depth, 0)
+  needed = int(depth.max()) + 1
+  if num_levels < needed:
+    raise ValueError(f"num_levels must be >= {needed} (deepest skeleton depth "
+                     f"{needed - 1} + 1), got {num_levels}")
+
+
 def decode_outputs(out: Float[Array, "b t j 11"], data: dict[str, Array], num_levels: int
                    ) -> dict[str, Array]:
-  """Rotations [B, T, J, 3, 3], root-relative FK positions, root motion and contact logits."""
+  """Rotations [B, T, J, 3, 3], root-relative FK positions, root motion and contact logits.
+
+  Raises ValueError when `num_levels` < deepest skeleton depth + 1 and `data` is
+  concrete (`check_num_levels`).
+  """
+  check_num_levels(num_levels, data)
   # The network predicts the 6-D offset from the identity (the rest pose), so an
   # untrained decoder starts at the rest pose instead of a random rotation.
   rot = rotations.sixd_to_matrix(out[..., :6] + IDENTITY_6D)
@@ -173,7 +207,8 @@ def train(net: sata.SataAutoencoder, tx: optax.GradientTransformation, data: dic
     key: init + minibatch + latent-sample key.
     num_steps: optimizer steps.
     batch_size: clips per step.
-    num_levels: FK propagation rounds (deepest skeleton + 1).
+    num_levels: FK propagation rounds, at least the deepest skeleton depth + 1
+      (checked when `data` is concrete: ValueError otherwise).
     weights: loss weights.
     stats: input standardisation (`feature_stats` of `data`); None feeds raw features.
     switches: run-time ablation switches of `net` (traced: every arm shares the program).
@@ -183,6 +218,7 @@ def train(net: sata.SataAutoencoder, tx: optax.GradientTransformation, data: dic
   """
   if num_steps < 1 or batch_size < 1:
     raise ValueError(f"num_steps and batch_size must be >= 1, got {num_steps}, {batch_size}")
+  check_num_levels(num_levels, data)
   n = data["features"].shape[0]
   text_table = jnp.asarray(text_table)
   init_key, key = jax.random.split(key)
@@ -246,8 +282,10 @@ def predict(net: sata.SataAutoencoder, params: Any, source: dict[str, Array],
             switches: sata.Switches | None = None) -> dict[str, Array]:
   """`source` clips encoded (latent mean) and decoded on `target`'s skeletons (`decode_outputs`).
 
-  `stats` and `switches` must be those of training.
+  `stats` and `switches` must be those of training. Raises ValueError when
+  `num_levels` is too small for `target`'s skeletons (`check_num_levels`).
   """
+  check_num_levels(num_levels, target)  # before the network runs
   out, _, _ = net.apply(params, model_input(source["features"], stats),
                         skeleton_inputs(source, text_table), skeleton_inputs(target, text_table),
                         None, switches)

@@ -40,8 +40,8 @@ def topk_mean(scores: Float[Array, "b t"], k: int) -> Float[Array, " b"]:
 
   Example:
     >>> import jax.numpy as jnp
-    >>> topk_mean(jnp.array([[0.1, 0.9, 0.5, 0.3]]), 2).tolist()
-    [0.7000000476837158]
+    >>> [round(float(x), 4) for x in topk_mean(jnp.array([[0.1, 0.9, 0.5, 0.3]]), 2)]
+    [0.7]
   """
   if not 1 <= k <= scores.shape[-1]:
     raise ValueError(f"k must lie in [1, {scores.shape[-1]}] (snippets per video), got {k}")

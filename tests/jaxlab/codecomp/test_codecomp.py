@@ -1,8 +1,11 @@
 """APC building blocks: Fano threshold, cost model, placeholders, snippet round trip, file split."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxlab import codecomp, data
@@ -149,3 +152,35 @@ def test_bad_shapes_raise():
     codecomp.threshold_placeholders(jnp.zeros((2, 3)), jnp.zeros((2, 4)), 1.0)
   with pytest.raises(ValueError, match="stream"):
     codecomp.line_completions(np.zeros((2, 2)), 1, prefix_len=1, max_target_len=1, seed=0)
+
+
+
+def test_decode_records_the_uncertainty_of_the_distribution_it_samples_from():
+  from jaxlab.nn import Transformer, TransformerConfig
+  model = Transformer(TransformerConfig(vocab_size=256, d_model=16, num_layers=1, num_heads=2,
+                                        num_kv_heads=2, d_ff=32, max_len=16))
+  rng = np.random.default_rng(0)
+  prompts = jnp.asarray(rng.integers(1, 256, (2, 4)), jnp.int32)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), prompts)["params"]  # no init compile
+  params = jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, 0.5, s.shape), s.dtype), shapes)
+  logits_of = jax.jit(lambda seq: model.apply({"params": params}, seq))
+  for temperature in (0.0, 3.0):
+    out = codecomp.decode(model, params, prompts, jax.random.key(1), num_tokens=3,
+                          temperature=temperature)
+    seq = jnp.concatenate([prompts, out.tokens], 1)[:, :-1]
+    logits = np.asarray(logits_of(seq)[:, 3:], np.float64)   # the logits each token came from
+    # Greedy records the model's own distribution (T = 1); sampling records softmax(logits / T).
+    z = logits / (temperature or 1.0)
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out.entropy, -(np.exp(logp) * logp).sum(-1), rtol=1e-4)
+    np.testing.assert_allclose(out.p_max, np.exp(logp.max(-1)), rtol=1e-4)
+    chosen = np.take_along_axis(logp, np.asarray(out.tokens)[..., None], -1)[..., 0]
+    np.testing.assert_allclose(out.logp, chosen, rtol=1e-4, atol=1e-5)
+  # GRPO differentiates the distribution it sampled from (`make_grpo_step`).
+  seq_logp = jax.jit(functools.partial(codecomp.sequence_logp, model, temperature=3.0))
+  np.testing.assert_allclose(seq_logp(params, prompts, out.tokens), out.logp, rtol=1e-4,
+                             atol=1e-5)
+  with pytest.raises(ValueError, match="temperature"):
+    codecomp.make_grpo_step(model, optax.sgd(0.1), CostModel(), num_tokens=3, group_size=2,
+                            temperature=0.0)
