@@ -5,7 +5,8 @@ Z = sum_k pi_k int_{V_k} p_k, and the box integral of a decomposable child p_k i
 boxes (neither certified inside V_k nor outside it, `voronoi.classify_boxes`), starting
 from Omega itself. One refinement step bisects every mixed box along its widest side;
 a child certified inside adds its mass to the lower bound, a child certified outside is
-dropped, the rest stay mixed. Per cell,
+dropped, the rest stay mixed (an empty cell, `voronoi.empty_cells`, has every box
+outside and no inner cube). Per cell,
 
   Z_k- = max(inside mass, mass of the inner cube c_k +- r_k)        (B_k- of the paper)
   Z_k+ = inside mass + mixed mass + frozen mass + (1 - p_k(Omega)),
@@ -119,13 +120,17 @@ def cell_bounds(state: RefineState, log_outside: Float[Array, "k"],
 def inner_cube_log_mass(mass_fn: MassFn, centroids: Float[Array, "k d"],
                         domain_lo: Float[Array, "d"], domain_hi: Float[Array, "d"]
                         ) -> Float[Array, "k"]:
-  """log p_k(B_k-), B_k- the cube c_k +- r_k clipped to Omega (-inf if empty)."""
+  """log p_k(B_k-), B_k- the cube c_k +- r_k clipped to Omega (-inf if empty).
+
+  An empty cell (`voronoi.empty_cells`, a duplicate of an earlier centroid) has no inner
+  cube: its log mass is -inf whatever `mass_fn` returns for a zero-width box.
+  """
   r = voronoi.inner_cube_halfwidth(centroids)[:, None]
   r = jnp.where(jnp.isfinite(r), r, jnp.max(domain_hi - domain_lo))  # K = 1: all of Omega
   lo = jnp.clip(centroids - r, domain_lo, domain_hi)
   hi = jnp.clip(centroids + r, domain_lo, domain_hi)
   out = mass_fn(lo, hi)  # [K, K]
-  return jnp.diagonal(out)
+  return jnp.where(voronoi.empty_cells(centroids), -jnp.inf, jnp.diagonal(out))
 
 
 def anytime_log_z_bounds(mass_fn: MassFn, log_pi: Float[Array, "k"],

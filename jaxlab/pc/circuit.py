@@ -122,19 +122,26 @@ def interval_cells(centroids: Float[Array, "... k"]) -> tuple[Float[Array, "... 
   """The 1-D Voronoi cells [lo_k, hi_k) of centroids along the last axis.
 
   lo_k is the midpoint to the nearest smaller centroid (-inf if none), hi_k the midpoint
-  to the nearest larger one (+inf if none): the cells partition the real line.
+  to the nearest larger one (+inf if none): the cells partition the real line. Ties go
+  to the first index, as in the leaves' nearest-centroid gate (`argmin`): of equal
+  centroids the first owns the interval and each later one gets the empty cell
+  lo_k = hi_k = c_k (zero mass).
 
   Example::
 
     interval_cells(jnp.array([0.0, 2.0, -1.0]))  # lo = [-0.5, 1, -inf], hi = [1, inf, -0.5]
+    interval_cells(jnp.array([0.0, 0.0]))        # lo = [-inf, 0], hi = [inf, 0]
   """
   c = centroids
+  k = c.shape[-1]
   mid = 0.5 * (c[..., :, None] + c[..., None, :])  # [..., k, j]
   below = c[..., None, :] < c[..., :, None]
   above = c[..., None, :] > c[..., :, None]
   lo = jnp.max(jnp.where(below, mid, -jnp.inf), axis=-1)
   hi = jnp.min(jnp.where(above, mid, jnp.inf), axis=-1)
-  return lo, hi
+  earlier = jnp.arange(k)[None, :] < jnp.arange(k)[:, None]  # j < k
+  empty = jnp.any((c[..., None, :] == c[..., :, None]) & earlier, axis=-1)  # a tie lost to j
+  return jnp.where(empty, c, lo), jnp.where(empty, c, hi)
 
 
 def _softplus_inverse(y: float) -> float:
@@ -219,8 +226,8 @@ class Circuit(nn.Module):
     else:
       x = jnp.reshape(a, shape)
       if self.config.leaf_gate == "voronoi":
-        # The gate is the nearest 1-D centroid (exactly one component per point; the
-        # normaliser uses the same cells as intervals, which agree except on ties).
+        # The gate is the nearest 1-D centroid, the first on ties (exactly one component
+        # per point); the normaliser uses the same cells as intervals (`interval_cells`).
         centroid = lp["mean"] + jnp.asarray(self.centroid_offset, self.dtype)
         nearest = jnp.argmin(jnp.abs(x - centroid), axis=-1)
         inside = jax.nn.one_hot(nearest, centroid.shape[-1], dtype=bool)

@@ -6,6 +6,9 @@ nearest centroid c_k (Sidheekh & Natarajan, ICML 2026):
   f(x) = sum_k pi_k g_k(x) p_k(x),   g_k(x) = 1[k = argmin_j ||x - c_j||^2],
 
 with cells V_k = {x : (c_j - c_k)^T x <= (||c_j||^2 - ||c_k||^2) / 2 for all j != k}.
+Ties go to the first nearest centroid, so a centroid equal to an earlier one (c_k = c_j,
+j < k) owns nothing: its cell is empty (`empty_cells`), and every cell test and bound
+here treats it as such (for such a pair the half-space above is 0 . x <= 0, all of R^D).
 f is unnormalised: Z = sum_k pi_k int_{V_k} p_k <= 1 (each p_k is normalised), so
 log f(x) is itself a lower bound on the normalised log-likelihood log f(x) - log Z.
 The soft gate w_k(x; alpha) = softmax_k(-alpha ||x - c_k||^2) relaxes g for training;
@@ -15,7 +18,7 @@ gamma(x) = d^2(2nd nearest) - d^2(nearest) (Thm 3.16).
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 
 def squared_distances(x: Float[Array, "b d"], centroids: Float[Array, "k d"]) -> Float[Array, "b k"]:
@@ -86,6 +89,22 @@ def halfspaces(centroids: Float[Array, "k d"]) -> tuple[Float[Array, "k k d"], F
   return a, beta
 
 
+def empty_cells(centroids: Float[Array, "k d"]) -> Bool[Array, "k"]:
+  """Whether cell k is empty: c_k equals an earlier centroid c_j (j < k) exactly.
+
+  The hard gate gives a tied point to the first nearest centroid (`argmin`), so a later
+  duplicate is never selected and V_k is empty; every other cell is unchanged by it.
+
+  Example::
+
+    empty_cells(jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))  # [False, False, True]
+  """
+  k = centroids.shape[0]
+  same = jnp.all(centroids[None, :, :] == centroids[:, None, :], axis=-1)  # [K, J]
+  earlier = jnp.arange(k)[None, :] < jnp.arange(k)[:, None]  # j < k
+  return jnp.any(same & earlier, axis=-1)
+
+
 def classify_boxes(lo: Float[Array, "k m d"], hi: Float[Array, "k m d"],
                    centroids: Float[Array, "k d"]) -> tuple[Array, Array]:
   """Whether box m is certainly inside cell k, and whether it is certainly outside it.
@@ -94,7 +113,8 @@ def classify_boxes(lo: Float[Array, "k m d"], hi: Float[Array, "k m d"],
   sum_i max(a_i lo_i, a_i hi_i) <= beta, and misses it if the minimum exceeds beta.
   "Outside" is certified by one violated half-space, so a box that misses the cell only
   through the intersection of several half-spaces stays "mixed" (conservative: bounds
-  stay valid).
+  stay valid). An empty cell (`empty_cells`: a duplicate of an earlier centroid, whose
+  half-space tests would all pass) has every box outside and none inside.
 
   Args:
     lo: per cell k, M boxes' lower corners.
@@ -109,8 +129,9 @@ def classify_boxes(lo: Float[Array, "k m d"], hi: Float[Array, "k m d"],
   ah = a[:, None] * hi[:, :, None]
   hi_val = jnp.sum(jnp.maximum(al, ah), axis=-1)  # [K, M, J]
   lo_val = jnp.sum(jnp.minimum(al, ah), axis=-1)
-  inside = jnp.all(hi_val <= beta[:, None], axis=-1)
-  outside = jnp.any(lo_val > beta[:, None], axis=-1)
+  empty = empty_cells(centroids)[:, None]  # [K, 1]
+  inside = jnp.all(hi_val <= beta[:, None], axis=-1) & ~empty
+  outside = jnp.any(lo_val > beta[:, None], axis=-1) | empty
   return inside, outside
 
 
@@ -118,7 +139,9 @@ def inner_cube_halfwidth(centroids: Float[Array, "k d"]) -> Float[Array, "k"]:
   """r_k = min_{j != k} ||c_j - c_k||^2 / (2 ||c_j - c_k||_1): the cube c_k +- r_k is in V_k.
 
   The worst corner of the cube moves (c_j - c_k) . x by r ||c_j - c_k||_1, which reaches
-  the bisecting hyperplane at r = ||c_j - c_k||^2 / (2 ||c_j - c_k||_1).
+  the bisecting hyperplane at r = ||c_j - c_k||^2 / (2 ||c_j - c_k||_1). A centroid equal
+  to c_k does not bound a non-empty V_k (the minimum skips it; inf if no other centroid
+  does), and an empty cell (`empty_cells`) gets r_k = 0: a cube of zero volume.
 
   Example::
 
@@ -130,7 +153,7 @@ def inner_cube_halfwidth(centroids: Float[Array, "k d"]) -> Float[Array, "k"]:
   k = centroids.shape[0]
   ratio = jnp.where(jnp.eye(k, dtype=bool) | (l1 == 0), jnp.inf, sq / (2.0 * jnp.where(
       l1 == 0, 1.0, l1)))
-  return jnp.min(ratio, axis=-1)
+  return jnp.where(empty_cells(centroids), 0.0, jnp.min(ratio, axis=-1))
 
 
 def gate_gap(x: Float[Array, "b d"], centroids: Float[Array, "k d"],
@@ -156,7 +179,9 @@ def kmeans(x: Float[Array, "n d"], num_clusters: int, key: Array, num_iters: int
            ) -> Float[Array, "k d"]:
   """Lloyd's k-means from a k-means++ seeding (the VT centroids' initialisation).
 
-  An empty cluster keeps its previous centroid.
+  An empty cluster keeps its previous centroid. Data with fewer distinct points than
+  `num_clusters` give repeated centroids (no cluster means can all differ); the cell of
+  a repeat is empty (`empty_cells`), and the gates and bounds treat it so.
 
   Example::
 
@@ -190,6 +215,6 @@ def nearest_cell(x: Float[Array, "b d"], centroids: Float[Array, "k d"]) -> Int[
   return jnp.argmin(squared_distances(x, centroids), axis=-1)
 
 
-__all__ = ["classify_boxes", "gate_gap", "halfspaces", "hard_log_gates", "inner_cube_halfwidth",
-           "kmeans", "nearest_cell", "soft_log_gates", "squared_distances",
+__all__ = ["classify_boxes", "empty_cells", "gate_gap", "halfspaces", "hard_log_gates",
+           "inner_cube_halfwidth", "kmeans", "nearest_cell", "soft_log_gates", "squared_distances",
            "vt_log_density"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxlab.pc import Circuit, CircuitConfig, PCModel, circuit, init_params, training
+from jaxlab.pc import Circuit, CircuitConfig, PCModel, circuit, gaussian, init_params, training
 from tests.jaxlab.pc import pc_testing
 
 
@@ -72,6 +72,51 @@ def test_interval_cells_partition_the_line():
   np.testing.assert_allclose(np.asarray(lo)[order][1:], np.asarray(hi)[order][:-1])
   assert np.isneginf(np.asarray(lo)[order][0]) and np.isposinf(np.asarray(hi)[order][-1])
   np.testing.assert_allclose(float(hi[1]), -0.85)  # midway between -2.0 and 0.3
+
+
+def test_interval_cells_give_ties_to_the_first_index():
+  c = jnp.array([0.5, -1.0, 0.5, 2.0, 0.5])
+
+  @jax.jit
+  def run():
+    lo, hi = circuit.interval_cells(c)
+    return lo, hi, circuit.interval_cells(c[jnp.array([0, 1, 3])]), jax.scipy.special.logsumexp(
+        gaussian.normal_log_interval_mass(0.3, 1.2, lo, hi))
+
+  lo, hi, (lo_ref, hi_ref), log_total = jax.tree.map(np.asarray, run())
+  # The first of the equal centroids owns their interval, the later ones an empty cell.
+  np.testing.assert_array_equal(lo, [-0.25, -np.inf, 0.5, 1.25, 0.5])
+  np.testing.assert_array_equal(hi, [1.25, -0.25, 0.5, np.inf, 0.5])
+  np.testing.assert_array_equal(lo[[0, 1, 3]], lo_ref)
+  np.testing.assert_array_equal(hi[[0, 1, 3]], hi_ref)
+  # The cells agree with the leaves' gate (argmin, first on ties) and partition the line.
+  x = np.random.default_rng(0).uniform(-3, 3, 1000).astype(np.float32)
+  nearest = np.argmin(np.abs(x[:, None] - np.asarray(c)[None]), axis=-1)
+  assert np.all((lo[nearest] <= x) & (x < hi[nearest]))
+  np.testing.assert_allclose(float(log_total), 0.0, atol=1e-6)
+
+
+def test_hfv_density_integrates_to_one_with_tied_leaf_means():
+  # data_init copies leaf means from training points: a discrete column ties them.
+  cfg = CircuitConfig(num_vars=2, num_replicas=1, leaf_units=2, sum_units=2, num_channels=2,
+                      leaf_components=3, leaf_gate="voronoi", min_scale=0.2)
+  model = PCModel(cfg, root="mixture")
+  ties = np.array([[0.5, 0.5, -1.0], [1.0, -1.0, 1.0], [-0.5, -0.5, -0.5], [0.0, 1.0, 1.0]])
+  x = jnp.asarray(ties[:, :2], jnp.float32)  # points on the tied means
+
+  @jax.jit
+  def init():
+    params = model.init(jax.random.key(0), x)
+    body = params["params"]["body"]
+    body["leaf_mean"] = jnp.asarray(np.resize(ties, body["leaf_mean"].shape), jnp.float32)
+    body["leaf_logits"] = jax.random.normal(jax.random.key(1), body["leaf_logits"].shape)
+    return params, jax.grad(lambda p: jnp.sum(model.apply(p, x)))(params)
+
+  params, grads = init()
+  assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
+  # Every cell edge (a midpoint of two leaf means) is a multiple of the quadrature step.
+  z = pc_testing.quadrature(lambda x: model.apply(params, x), step=0.05)
+  assert abs(z - 1.0) < 1e-3, z
 
 
 def test_bad_inputs_raise():

@@ -4,8 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
-from jaxlab.pc import bounds, voronoi
+from jaxlab.pc import bounds, gaussian, voronoi
 from tests.jaxlab.pc import pc_testing
 
 CENTROIDS = jnp.array([[-1.0, 0.0], [1.0, 0.5], [0.2, 1.5], [0.0, -1.2]])
@@ -46,6 +47,56 @@ def test_inner_cube_lies_in_its_cell():
   for k in range(CENTROIDS.shape[0]):
     pts = np.asarray(CENTROIDS[k]) + r[k] * rng.uniform(-0.999, 0.999, size=(500, 2))
     assert np.all(_nearest(pts, CENTROIDS) == k)
+
+
+def test_a_duplicated_centroid_has_an_empty_cell():
+  dup = jnp.concatenate([CENTROIDS, CENTROIDS[1:2]])  # c_4 = c_1: ties go to cell 1
+  rng = np.random.default_rng(2)
+  lo = jnp.asarray(rng.uniform(-2.5, 2.0, size=(5, 50, 2)), jnp.float32)
+  hi = lo + jnp.asarray(rng.uniform(0.05, 1.5, size=(5, 50, 2)), jnp.float32)
+  x = jax.random.uniform(jax.random.key(0), (500, 2), minval=-3, maxval=3)
+  # k-means of fewer distinct points than clusters repeats centroids.
+  few = jnp.array([[0.0, 0.0], [0.0, 0.0], [3.0, 1.0], [3.0, 1.0], [3.0, 1.0]])
+
+  @jax.jit
+  def run():
+    c = voronoi.kmeans(few, 3, jax.random.key(0))
+    return (voronoi.empty_cells(dup), voronoi.hard_log_gates(x, dup),
+            voronoi.classify_boxes(lo, hi, dup), voronoi.classify_boxes(lo[:4], hi[:4], CENTROIDS),
+            voronoi.inner_cube_halfwidth(dup), voronoi.inner_cube_halfwidth(CENTROIDS),
+            c, voronoi.empty_cells(c))
+
+  empty, gates, (inside, outside), (inside_ref, outside_ref), r, r_ref, c, c_empty = (
+      jax.tree.map(np.asarray, run()))
+  np.testing.assert_array_equal(empty, [0, 0, 0, 0, 1])
+  assert np.all(np.isneginf(gates[:, 4]))  # the gate never picks the duplicate
+  assert not inside[4].any() and outside[4].all()
+  # The other cells are those of the centroids without the duplicate, bit for bit.
+  np.testing.assert_array_equal(inside[:4], inside_ref)
+  np.testing.assert_array_equal(outside[:4], outside_ref)
+  np.testing.assert_array_equal(r, np.append(r_ref, 0.0))
+  distinct = len(np.unique(c, axis=0))
+  assert distinct < 3 and int(c_empty.sum()) == 3 - distinct
+
+
+def test_vt_bounds_bracket_quadrature_with_a_duplicated_centroid():
+  # c_2 = c_0: the hard gate gives every point of their cell to child 0, so child 2 (the
+  # heaviest, centred there) adds nothing to Z. Cell 0 is x_1 < 0.1, cell 1 x_1 >= 0.1.
+  c = jnp.array([[-1.0, 0.0], [1.2, 0.0], [-1.0, 0.0]])
+  mu = jnp.array([[-0.9, 0.2], [1.1, -0.3], [-1.0, 0.0]])
+  sd = jnp.array([[0.8, 0.6], [0.7, 0.9], [0.5, 0.5]])
+  log_pi = jnp.log(jnp.array([0.3, 0.3, 0.4]))
+  mass = lambda lo, hi: jnp.sum(gaussian.normal_log_interval_mass(
+      mu, sd, lo[:, None], hi[:, None]), axis=-1)
+  log_f = lambda x: voronoi.vt_log_density(jnp.sum(gaussian.normal_logpdf(
+      x[:, None], mu, sd), axis=-1), log_pi, voronoi.hard_log_gates(x, c))
+  z_exact = 0.3 * stats.norm.cdf(1.0 / 0.8) + 0.3 * stats.norm.sf(-1.0 / 0.7)
+  z_quad = pc_testing.quadrature(log_f, step=0.05)  # the cell edge x_1 = 0.1 is a grid edge
+  assert abs(z_quad - z_exact) < 1e-4, (z_quad, z_exact)
+  lz_lo, lz_hi = jax.jit(lambda: bounds.anytime_log_z_bounds(
+      mass, log_pi, c, domain_halfwidth=6.0, num_steps=8, capacity=16))()
+  z_lo, z_hi = np.exp(np.asarray(lz_lo, np.float64)), np.exp(np.asarray(lz_hi, np.float64))
+  assert np.all(z_lo <= z_quad + 1e-4) and np.all(z_hi >= z_quad - 1e-4), (z_lo, z_hi, z_quad)
 
 
 def test_gate_gap_respects_the_bound_and_vanishes():
