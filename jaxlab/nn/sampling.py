@@ -17,7 +17,13 @@ def generate(model: Transformer, params, prompt: Int[Array | np.ndarray, "b p"],
   """Samples `num_tokens` continuations of `prompt` (temperature 0 = greedy).
 
   Example:
-    >>> out = generate(model, params, jnp.array([[104, 105]]), jax.random.key(0), num_tokens=8)
+    >>> from jaxlab.nn.transformer import TransformerConfig
+    >>> model = Transformer(TransformerConfig(d_model=32, num_layers=1, num_heads=2,
+    ...                                       num_kv_heads=1, d_ff=64))
+    >>> prompt = jnp.array([[104, 105]], jnp.int32)
+    >>> params = model.init(jax.random.key(0), prompt)["params"]
+    >>> generate(model, params, prompt, jax.random.key(1), num_tokens=8).shape
+    (1, 8)
   """
   if num_tokens < 1:
     raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")

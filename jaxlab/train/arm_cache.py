@@ -42,7 +42,7 @@ class ArmCache:
   Example:
     >>> cache = ArmCache(workdir)                               # doctest: +SKIP
     >>> result = cache.get_or_run("standard/modex", config_hash(config.train),
-    ...                           lambda: train_and_evaluate(...))
+    ...                           lambda: train_and_evaluate(...))  # doctest: +SKIP
 
   Attributes:
     computed: names of the arms this object ran (not loaded), in order.

@@ -155,7 +155,7 @@ def pretrained(config: ml_collections.ConfigDict, cache_dir: str):
 
   Example:
     >>> from launch.configs import load_config        # doctest: +SKIP
-    >>> model, params, corpus = pretrained(load_config("lm", "smoke"), "runs/base_lm")
+    >>> model, params, corpus = pretrained(load_config("lm", "smoke"), "runs/base_lm")  # doctest: +SKIP
   """
   key = _jsonable(base_lm_config(config))
   os.makedirs(cache_dir, exist_ok=True)

@@ -30,7 +30,7 @@ def warmup_cosine(learning_rate: float, *, num_steps: ArrayLike, warmup_steps: A
 
   Example:
     >>> sched = warmup_cosine(1e-3, num_steps=100, warmup_steps=10)
-    >>> float(sched(0)), float(sched(10)), round(float(sched(100)), 7)
+    >>> float(sched(0)), round(float(sched(10)), 7), round(float(sched(100)), 7)
     (0.0, 0.001, 0.0001)
   """
   if not 0.0 <= end_frac <= 1.0:
