@@ -38,10 +38,23 @@ def test_most_modules_have_examples():
   assert len(MODULES) >= 50
 
 
-@pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples_run(name):
+def _run_examples(name: str) -> None:
   runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
   failed = []
   for test in _examples(name):
     result = runner.run(test, out=failed.append)
     assert result.failed == 0, "".join(failed)
+
+
+# Two classes, so that `pytest -n 2 --dist loadscope` (a scope per class) runs the ~2.5
+# minutes of examples on both workers instead of one.
+@pytest.mark.parametrize("name", MODULES[0::2])
+class TestExamplesA:
+  def test_docstring_examples_run(self, name):
+    _run_examples(name)
+
+
+@pytest.mark.parametrize("name", MODULES[1::2])
+class TestExamplesB:
+  def test_docstring_examples_run(self, name):
+    _run_examples(name)

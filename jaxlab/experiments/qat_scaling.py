@@ -185,7 +185,8 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
                  model=model, variables=variables, init_keys=init_keys):
           nonlocal trainer
           trainer = trainer or make_trainer(model, t, config.optimizer)
-          qat = runtime_knobs(make_policy(config, precision, g, fc2_int8=fc2), variables["qat"])
+          qat = runtime_knobs(make_policy(config, precision, g, fc2_int8=fc2), variables["qat"],
+                              group_sizes=groups)
           t0 = time.time()
           out = jax.device_get(trainer(init_keys, qat, batches, jnp.int32(steps), val))
           # A diverged seed stays NaN: judged as missing, never dropped.

@@ -48,6 +48,7 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Float
 
+from jaxlab import validation
 from jaxlab.motion import generate, kinematics, rotations
 from jaxlab.motion import model as sata
 
@@ -109,16 +110,6 @@ def skeleton_inputs(data: dict[str, Array], text_table: Float[Array | np.ndarray
                              parents=parents, depth=data["depth"], mask=data["mask"])
 
 
-def _concrete(x) -> np.ndarray | None:
-  """`x` as a numpy array, or None when it is traced (inside `jit` / `vmap`)."""
-  if isinstance(x, getattr(jax.core, "Tracer", ())):
-    return None
-  try:
-    return np.asarray(x)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return None
-
-
 def check_num_levels(num_levels: int, data: dict[str, Array]) -> None:
   """Raises ValueError when `num_levels` < deepest real joint of `data` + 1.
 
@@ -126,10 +117,10 @@ def check_num_levels(num_levels: int, data: dict[str, Array]) -> None:
   check needs concrete depths: it runs on eager calls and is skipped when
   `data` is traced (inside `jit` / `vmap`), where the caller must pass enough.
   """
-  depth = _concrete(data["depth"])
+  depth = validation.concrete(data["depth"])
   if depth is None or depth.size == 0:
     return
-  mask = _concrete(data["mask"]) if "mask" in data else None
+  mask = validation.concrete(data["mask"]) if "mask" in data else None
   if mask is not None:
     depth = np.where(np.broadcast_to(mask, depth.shape), depth, 0)
   needed = int(depth.max()) + 1

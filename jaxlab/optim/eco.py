@@ -68,6 +68,7 @@ import numpy as np
 import optax
 from jax import Array
 
+from jaxlab import validation
 from jaxlab.optim.quantizers import QParam, Quantizer, check_qparams, is_qparam
 
 ScalarOrSchedule = float | Array | Callable[[Array], Array]
@@ -116,11 +117,8 @@ def _concrete_values(value: Any) -> np.ndarray | None:
   """The values of a number or a concrete array as float64; None for a traced value."""
   if _is_static_number(value):
     return np.asarray(float(value))
-  try:
-    v = np.asarray(value)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return None
-  return v.astype(np.float64) if np.issubdtype(v.dtype, np.number) else None
+  v = validation.concrete(value)
+  return v.astype(np.float64) if v is not None and np.issubdtype(v.dtype, np.number) else None
 
 
 def _check_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,

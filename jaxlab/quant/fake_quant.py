@@ -70,7 +70,7 @@ import numpy as np
 from jax import Array
 from jaxtyping import Float
 
-from jaxlab import formats
+from jaxlab import formats, validation
 from jaxlab.formats import E2M1, round_float
 
 # The parametric QAT grid families (bits and group size are knobs). Named
@@ -193,14 +193,6 @@ def _round_ste_bwd(fmt, res, g):
 _round_ste.defvjp(_round_ste_fwd, _round_ste_bwd)
 
 
-def _concrete(v: Any) -> np.ndarray | None:
-  """`v` as a numpy array, or None when it is a tracer (its value is not known yet)."""
-  try:
-    return np.asarray(v)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return None
-
-
 def _bits_ok(bits: Any) -> Array:
   """Where array `bits` is allowed: in [2, 8] (quantize) or >= 16 (full precision)."""
   bits = jnp.asarray(bits)
@@ -220,7 +212,7 @@ def _bounds(bits: Any, fmt: str, absmax_m: str):
     raise ValueError(f"traced bits need fmt='int', got {fmt!r}")
   if absmax_m not in ABSMAX_M:
     raise ValueError(f"absmax_m must be one of {ABSMAX_M}, got {absmax_m!r}")
-  value = _concrete(bits)
+  value = validation.concrete(bits)
   if value is not None and not np.all(((value >= 2) & (value <= 8))
                                       | (value >= FULL_PRECISION_BITS)):
     raise ValueError(f"integer bits must be in [2, 8] (or >= {FULL_PRECISION_BITS} for none), "
@@ -386,7 +378,7 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   if isinstance(group_size, (bool, np.bool_)):
     raise ValueError(f"group_size must be an int (or an integer array when traced), "
                      f"got the bool {group_size!r}")
-  g_value, bits_value = _concrete(group_size), _concrete(bits)
+  g_value, bits_value = validation.concrete(group_size), validation.concrete(bits)
   if g_value is not None:
     unlisted = ~np.isin(g_value, sizes)
     if bits_value is not None:

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 
 TAU_SCHEDULES = ("cosine", "linear", "exponential")
 
@@ -71,7 +71,7 @@ def top_k_mask(logits: Float[Array, "b d"], k: ArrayLike,
   """
   if logits.ndim != 2:
     raise ValueError(f"logits must be [batch, d], got {logits.shape}")
-  k_np = _checks.concrete(k)
+  k_np = validation.concrete(k)
   d = logits.shape[-1]
   if k_np is not None and (k_np.ndim != 0 or not 1 <= k_np <= d):
     raise ValueError(f"k must be an integer scalar in [1, {d}] (d = logits.shape[-1]), "

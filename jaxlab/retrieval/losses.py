@@ -30,7 +30,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Bool, Float
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 
 
 def _check_square(name: str, x) -> int:
@@ -108,7 +108,7 @@ def squash_uncertainty(u: Float[Array, " b"]) -> Float[Array, " b"]:
   """
   if u.ndim != 1:
     raise ValueError(f"u must be [b], got shape {u.shape}")
-  _checks.check_positive("u", u, strict=False)
+  validation.check_positive("u", u, strict=False)
   med = jnp.maximum(jnp.median(u), 1e-12)
   return u / (u + med)
 
@@ -143,9 +143,9 @@ def soft_targets(similarities: Float[Array, "b b"], epsilon: Float[Array, " b"],
   b = _check_square("similarities", similarities)
   if epsilon.shape != (b,):
     raise ValueError(f"epsilon must be [{b}], got shape {epsilon.shape}")
-  eps_np = _checks.concrete(epsilon)
+  eps_np = validation.concrete(epsilon)
   if eps_np is not None:
-    _checks.check_finite("epsilon", eps_np)
+    validation.check_finite("epsilon", eps_np)
     if np.any((eps_np < 0) | (eps_np >= 1)):
       raise ValueError(f"epsilon must lie in [0, 1) everywhere; got values in "
                        f"[{float(eps_np.min()):.6g}, {float(eps_np.max()):.6g}]")

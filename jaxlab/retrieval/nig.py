@@ -31,7 +31,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 from jaxtyping import Array, Float
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 
 # Keeps nu, alpha - 1 and beta strictly positive where softplus underflows to 0 in float32.
 _MIN = 1e-6
@@ -66,11 +66,11 @@ def _check_same_shape(**xs) -> None:
 
 def _check_domain(nu, alpha, beta) -> None:
   """Concrete nu, beta must be finite and > 0, alpha finite and > 1 (traced: not checked)."""
-  _checks.check_positive("nu", nu)
-  _checks.check_positive("beta", beta)
-  a = _checks.concrete(alpha)
+  validation.check_positive("nu", nu)
+  validation.check_positive("beta", beta)
+  a = validation.concrete(alpha)
   if a is not None:
-    _checks.check_finite("alpha", a)
+    validation.check_finite("alpha", a)
     if np.any(a <= 1):
       raise ValueError(f"alpha must be > 1 everywhere; min value is {float(np.min(a))}")
 

@@ -36,17 +36,11 @@ import numpy as np
 from jax import Array
 from jaxtyping import Bool, Float, Int
 
+from jaxlab import validation
+
 # Outcome codes of one rollout.
 CORRECT, WRONG, UNCERTAIN = 0, 1, 2
 NUM_OUTCOMES = 3
-
-
-def _concrete(x) -> np.ndarray | None:
-  """`x` as numpy when it is concrete, None when it is traced (inside `jit` / `vmap`)."""
-  try:
-    return np.asarray(x)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return None
 
 
 def check_outcomes(outcomes: Int[Array, "b g"], name: str = "outcomes") -> None:
@@ -59,7 +53,7 @@ def check_outcomes(outcomes: Int[Array, "b g"], name: str = "outcomes") -> None:
     raise ValueError(f"{name} must have shape [groups, group_size], got {np.shape(outcomes)}")
   if not jnp.issubdtype(jnp.asarray(outcomes).dtype, jnp.integer):
     raise ValueError(f"{name} must be integer outcome codes, got dtype {jnp.asarray(outcomes).dtype}")
-  o = _concrete(outcomes)
+  o = validation.concrete(outcomes)
   if o is not None:
     if o.size and (o.min() < 0 or o.max() >= NUM_OUTCOMES):
       raise ValueError(f"{name} must be codes CORRECT=0, WRONG=1, UNCERTAIN=2, got values "

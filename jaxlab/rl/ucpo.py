@@ -38,6 +38,7 @@ import numpy as np
 from jax import Array
 from jaxtyping import Bool, Float, Int
 
+from jaxlab import validation
 from jaxlab.rl import grpo
 from jaxlab.rl.grpo import CORRECT, UNCERTAIN, WRONG
 
@@ -91,15 +92,15 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
   """
   if np.ndim(accuracy_ema) != 0:
     raise ValueError(f"accuracy_ema must be a scalar, got shape {np.shape(accuracy_ema)}")
-  g = grpo._concrete(accuracy_ema)
+  g = validation.concrete(accuracy_ema)
   if g is not None and not 0.0 <= g <= 1.0:
     raise ValueError(f"accuracy_ema must be in [0, 1], got {g.item()!r}")
-  s = grpo._concrete(scale)
+  s = validation.concrete(scale)
   if s is not None and not (np.all(s >= 0.0) and np.all(np.isfinite(s))):
     raise ValueError(f"scale must be a finite number >= 0, got {s.tolist()!r}")
   rho = outcome_fractions(outcomes)
   logit = k * (rho[:, WRONG] - rho[:, CORRECT])
-  b_value = grpo._concrete(b)
+  b_value = validation.concrete(b)
   if b_value is None or np.any(b_value != 0):  # a concrete b == 0: no term, so no 0 * NaN
     logit = logit + b * (0.5 - accuracy_ema)
   return scale * jnp.tanh(logit)

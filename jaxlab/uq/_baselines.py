@@ -14,7 +14,7 @@ from jax import Array
 from jax.typing import DTypeLike
 from jaxtyping import Float
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 from jaxlab.uq._modex import MoDEXHead, ModexUncertainty, modex_uncertainty
 
 _EVIDENCE = ("softplus", "relu", "exp")
@@ -81,7 +81,7 @@ def dirichlet_uncertainty(alpha: Float[Array | np.ndarray, "*b k"]) -> ModexUnce
     >>> round(float(dirichlet_uncertainty(jnp.ones((3,))).epistemic_disagreement), 6)
     0.0
   """
-  k = _checks.check_rank_and_classes("alpha", alpha)
+  k = validation.check_rank_and_classes("alpha", alpha)
   alpha = jnp.asarray(alpha)
   return modex_uncertainty(alpha, jnp.zeros_like(alpha), jnp.full_like(alpha, 1.0 / k))
 
@@ -101,8 +101,8 @@ def softmax_uncertainty(logits: Float[Array | np.ndarray, "*b k"]) -> SoftmaxUnc
     >>> round(float(u.entropy[0]), 4)
     0.6931
   """
-  _checks.check_rank_and_classes("logits", logits)
-  _checks.check_finite("logits", logits)
+  validation.check_rank_and_classes("logits", logits)
+  validation.check_finite("logits", logits)
   logp = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
   p = jnp.exp(logp)
   return SoftmaxUncertainty(max_prob=jnp.max(p, axis=-1), entropy=-jnp.sum(p * logp, axis=-1))

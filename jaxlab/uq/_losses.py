@@ -19,7 +19,7 @@ from jax import Array
 from jax.scipy.special import digamma, gammaln
 from jaxtyping import Float, Integer
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 from jaxlab.uq._modex import modex_log_mean, modex_moments
 
 Targets = Float[Array | np.ndarray, "*b k"] | Integer[Array | np.ndarray, "*b"]
@@ -32,7 +32,7 @@ def _as_targets(targets, like) -> Array:
   (NaN rows for traced out-of-range labels, see the module docstring); float
   targets must have `like`'s shape and lie on the simplex.
   """
-  k = _checks.check_rank_and_classes("alpha", like)
+  k = validation.check_rank_and_classes("alpha", like)
   shape, target_shape = tuple(np.shape(like)), tuple(np.shape(targets))
   dtype = jnp.result_type(targets)
   if jnp.issubdtype(dtype, jnp.integer):
@@ -40,7 +40,7 @@ def _as_targets(targets, like) -> Array:
       raise ValueError(
           f"targets as integer class indices must have shape {shape[:-1]} (the prediction's "
           f"batch shape; the prediction has shape {shape}), got {target_shape}")
-    v = _checks.concrete(targets)
+    v = validation.concrete(targets)
     if v is not None and v.size and (v.min() < 0 or v.max() >= k):
       raise ValueError(f"targets as integer class indices must lie in [0, {k}); got values in "
                        f"[{int(v.min())}, {int(v.max())}]")
@@ -52,7 +52,7 @@ def _as_targets(targets, like) -> Array:
     raise ValueError(
         f"targets must be integer class indices of shape {shape[:-1]} or float rows of the "
         f"prediction's shape {shape}; got float targets of shape {target_shape}")
-  _checks.check_simplex("targets", targets)
+  validation.check_simplex("targets", targets)
   return jnp.asarray(targets)
 
 
@@ -149,8 +149,8 @@ def dirichlet_kl_uniform(alpha: Float[Array | np.ndarray, "*b k"]) -> Float[Arra
     >>> round(float(dirichlet_kl_uniform(jnp.ones((3,)))), 4) + 0.0
     0.0
   """
-  _checks.check_rank_and_classes("alpha", alpha)
-  _checks.check_positive("alpha", alpha, strict=True)
+  validation.check_rank_and_classes("alpha", alpha)
+  validation.check_positive("alpha", alpha, strict=True)
   return _kl_uniform(jnp.asarray(alpha))
 
 
@@ -170,7 +170,7 @@ def edl_kl_weight(epoch: float | int | Array, *, anneal_epochs: float | Array = 
   ValueError; a traced one (e.g. under `jit`) is not checked (0 gives a weight of 1,
   NaN at epoch 0; a negative value gives a weight <= 0).
   """
-  _checks.check_positive("anneal_epochs", anneal_epochs)
+  validation.check_positive("anneal_epochs", anneal_epochs)
   return jnp.minimum(1.0, jnp.asarray(epoch, jnp.float32) / anneal_epochs)
 
 
@@ -196,9 +196,9 @@ def edl_loss(
     >>> edl_loss(alpha=jnp.array([[5.0, 1.0]]), targets=jnp.array([[1.0, 0.0]])).shape
     (1,)
   """
-  _checks.check_rank_and_classes("alpha", alpha)
+  validation.check_rank_and_classes("alpha", alpha)
   targets = _as_targets(targets, alpha)
-  _checks.check_positive("alpha", alpha, strict=True)
+  validation.check_positive("alpha", alpha, strict=True)
   return _edl(jnp.asarray(alpha), targets, jnp.asarray(kl_weight, jnp.float32))
 
 

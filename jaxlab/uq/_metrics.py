@@ -12,7 +12,7 @@ import numpy as np
 from jax import Array
 from jaxtyping import Bool, Float, Int, Shaped
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 
 
 def _np1(name: str, x) -> np.ndarray:
@@ -104,7 +104,7 @@ def _probs_labels(probs, labels) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"probs must have shape [n, k] and labels [n]; got {p.shape} and {y.shape}")
   if np.any((y < 0) | (y >= p.shape[1])):
     raise ValueError(f"labels must be in [0, {p.shape[1]}), got range [{y.min()}, {y.max()}]")
-  _checks.check_simplex("probs", p)
+  validation.check_simplex("probs", p)
   return p, y.astype(np.int64)
 
 
@@ -170,6 +170,6 @@ def brier_score(probs: Float[Array | np.ndarray, "n k"],
   else:
     if t.shape != p.shape:
       raise ValueError(f"targets must have shape {p.shape} or [{p.shape[0]}], got {t.shape}")
-    _checks.check_simplex("probs", p)
-    _checks.check_simplex("targets", t)
+    validation.check_simplex("probs", p)
+    validation.check_simplex("targets", t)
   return float(np.mean(np.sum(np.square(t - p), axis=-1)))

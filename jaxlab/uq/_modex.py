@@ -33,7 +33,7 @@ from jax.scipy.special import digamma, logsumexp, xlogy
 from jax.typing import DTypeLike
 from jaxtyping import Float
 
-from jaxlab.uq import _checks
+from jaxlab import validation
 
 
 class ModexParams(NamedTuple):
@@ -80,11 +80,11 @@ class ModexUncertainty(NamedTuple):
 
 
 def _validate(alpha, tau, omega, *, simplex_atol: Array | float) -> None:
-  _checks.check_rank_and_classes("alpha", alpha)
-  _checks.check_same_shape(("alpha", "tau", "omega"), alpha, tau, omega)
-  _checks.check_positive("alpha", alpha, strict=True)
-  _checks.check_positive("tau", tau, strict=False)
-  _checks.check_simplex("omega", omega, atol=simplex_atol)
+  validation.check_rank_and_classes("alpha", alpha)
+  validation.check_same_shape(("alpha", "tau", "omega"), alpha, tau, omega)
+  validation.check_positive("alpha", alpha, strict=True)
+  validation.check_positive("tau", tau, strict=False)
+  validation.check_simplex("omega", omega, atol=simplex_atol)
 
 
 def _rows_in_domain(alpha: Array, tau: Array, omega: Array, atol: Array | float) -> Array:
@@ -290,14 +290,14 @@ def fedl_moments(
     >>> fedl_moments(jnp.ones((2, 3)), jnp.ones((2,)), jnp.full((2, 3), 1 / 3)).mean.shape
     (2, 3)
   """
-  _checks.check_rank_and_classes("alpha", alpha)
-  _checks.check_same_shape(("alpha", "p"), alpha, p)
+  validation.check_rank_and_classes("alpha", alpha)
+  validation.check_same_shape(("alpha", "p"), alpha, p)
   if tuple(np.shape(tau)) != tuple(np.shape(alpha))[:-1]:
     raise ValueError(f"tau must have shape {tuple(np.shape(alpha))[:-1]} (alpha's batch shape), "
                      f"got {tuple(np.shape(tau))}")
-  _checks.check_positive("alpha", alpha, strict=True)
-  _checks.check_positive("tau", tau, strict=False)
-  _checks.check_simplex("p", p, atol=simplex_atol)
+  validation.check_positive("alpha", alpha, strict=True)
+  validation.check_positive("tau", tau, strict=False)
+  validation.check_simplex("p", p, atol=simplex_atol)
   return _fedl_moments(*(jnp.asarray(x) for x in (alpha, tau, p)), simplex_atol)
 
 
@@ -332,7 +332,7 @@ def modex_activations(
     >>> p.alpha.tolist(), p.omega.tolist()
     ([[1.0, 1.0]], [[0.5, 0.5]])
   """
-  _checks.check_same_shape(("alpha_logits", "tau_logits", "omega_logits"),
+  validation.check_same_shape(("alpha_logits", "tau_logits", "omega_logits"),
                            alpha_logits, tau_logits, omega_logits)
   if log_alpha_clip <= 0 or tau_max <= 0:
     raise ValueError(f"log_alpha_clip and tau_max must be > 0, got {log_alpha_clip}, {tau_max}")

@@ -175,9 +175,9 @@ def test_shape_errors():
 
 def test_private_shape_check_messages():
   # The same checks without the runtime type checker of the test suite.
-  from jaxlab.uq import _checks
+  from jaxlab import validation
   with pytest.raises(ValueError, match=r"alpha\(4, 3\), tau\(4, 2\)"):
-    _checks.check_same_shape(("alpha", "tau"), np.ones((4, 3)), np.ones((4, 2)))
+    validation.check_same_shape(("alpha", "tau"), np.ones((4, 3)), np.ones((4, 2)))
 
 
 def test_value_errors():

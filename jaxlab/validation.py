@@ -1,9 +1,10 @@
-"""Input validation shared by the `jaxlab.uq` functions.
+"""Input validation shared across jaxlab.
 
 Shape checks run at trace time (so also under `jit`/`vmap`). Value checks
-(positivity, simplex) need concrete numbers: they run whenever the inputs are
-concrete (eager calls, numpy inputs) and are skipped for traced values, where
-no Python exception can be raised.
+(positivity, simplex, ranges) need concrete numbers: they run whenever the inputs
+are concrete (eager calls, numpy inputs; `concrete`) and are skipped for traced
+values, where no Python exception can be raised (the callers document what a bad
+traced value gives: NaN, never a silent other value).
 """
 
 import jax
