@@ -16,8 +16,11 @@ _TRACER = getattr(jax.core, "Tracer", ())
 
 
 def concrete(x) -> np.ndarray | None:
-  """Returns `x` as a numpy array, or None when `x` is a tracer."""
+  """Returns `x` as a numpy array, or None when `x` is a tracer (or an array spanning other
+  processes' devices, whose values this process cannot read)."""
   if isinstance(x, _TRACER):
+    return None
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
     return None
   try:
     return np.asarray(x)

@@ -1,6 +1,7 @@
 """Autoregressive sampling with the KV cache: one prefill, then scanned decode."""
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -27,8 +28,8 @@ def generate(model: Transformer, params, prompt: Int[Array | np.ndarray, "b p"],
   """
   if num_tokens < 1:
     raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-  if temperature < 0:
-    raise ValueError(f"temperature must be >= 0, got {temperature}")
+  if not (temperature >= 0 and math.isfinite(temperature)):
+    raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
   b, p = prompt.shape
   cache = init_cache(model.config, b, p + num_tokens)
   logits, cache = model.apply({"params": params}, prompt, cache=cache)

@@ -36,6 +36,7 @@ import numpy as np
 from jax import Array
 from jaxtyping import Float, Int
 
+from jaxlab import validation
 from jaxlab.nn.dense import Dense
 
 
@@ -302,6 +303,14 @@ class Transformer(nn.Module):
     if not jnp.issubdtype(tokens.dtype, jnp.integer):
       raise ValueError(f"tokens must be integers, got {tokens.dtype}")
     b, t = tokens.shape
+    if t == 0:
+      raise ValueError(f"tokens must hold at least one position, got shape {tokens.shape}")
+    # Concrete tokens outside the vocabulary raise (Embed would give a NaN row, and attention
+    # spreads it to every position; a negative id would wrap). Traced tokens are not checked.
+    ids = validation.concrete(tokens)
+    if ids is not None and ids.size and not (0 <= ids.min() and ids.max() < cfg.vocab_size):
+      raise ValueError(f"tokens must lie in [0, {cfg.vocab_size}) (vocab_size), got values in "
+                       f"[{ids.min()}, {ids.max()}]")
     if cache is None:
       positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     else:

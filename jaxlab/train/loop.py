@@ -70,6 +70,9 @@ def train_loop(state: TrainState, train_step: Callable, batch_fn: Callable[[int]
   with Checkpointer(workdir, every=checkpoint_every) as ckpt:
     state = ckpt.restore_or(state)
     start = int(jax.device_get(state.step))
+    if start > num_steps:
+      raise ValueError(f"the checkpoint in {workdir!r} is at step {start}, past num_steps="
+                       f"{num_steps}: use a new workdir (or num_steps >= {start})")
     writer = MetricWriter(workdir, resume_step=start)
     first_bad = jnp.asarray(-1, jnp.int32)
 

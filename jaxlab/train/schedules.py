@@ -1,6 +1,9 @@
 """Learning-rate schedules shared by every experiment (one warmup-cosine, not five copies)."""
 
+import math
+
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.typing import ArrayLike
 
@@ -35,9 +38,9 @@ def warmup_cosine(learning_rate: float, *, num_steps: ArrayLike, warmup_steps: A
   """
   if not 0.0 <= end_frac <= 1.0:
     raise ValueError(f"end_frac must lie in [0, 1], got {end_frac}")
-  if isinstance(num_steps, int) and num_steps < 1:
+  if isinstance(num_steps, (int, np.integer)) and num_steps < 1:
     raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-  if isinstance(warmup_steps, int) and warmup_steps < 0:
+  if isinstance(warmup_steps, (int, np.integer)) and warmup_steps < 0:
     raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
 
   def schedule(count):
@@ -64,11 +67,16 @@ def make_schedule(optimizer_config, num_steps: ArrayLike) -> optax.Schedule | fl
   """
   name = optimizer_config.get("schedule", "warmup_cosine")
   lr = float(optimizer_config.learning_rate)
+  if not (lr >= 0 and math.isfinite(lr)):
+    raise ValueError(f"optimizer.learning_rate must be a finite number >= 0, got {lr}")
   if name == "constant":
     return lr
   if name != "warmup_cosine":
     raise ValueError(f"optimizer.schedule must be one of {SCHEDULES}, got {name!r}")
   if "warmup_frac" in optimizer_config:
+    if not 0.0 <= optimizer_config.warmup_frac <= 1.0:
+      raise ValueError(f"optimizer.warmup_frac must lie in [0, 1], got "
+                       f"{optimizer_config.warmup_frac}")
     warmup = jnp.floor(optimizer_config.warmup_frac * jnp.asarray(num_steps, jnp.float32))
     warmup = warmup.astype(jnp.int32)
   else:

@@ -77,6 +77,11 @@ def test_finished_run_trains_nothing(tmp_path, setup):
   assert calls == []
   np.testing.assert_array_equal(jax.tree.leaves(first.params)[0],
                                 jax.tree.leaves(again.params)[0])
+  # A shorter run on the same workdir would return the later state as "after num_steps".
+  params, tx, step, batches = setup
+  with pytest.raises(ValueError, match=f"at step {NUM_STEPS}, past num_steps=5"):
+    train.train_loop(_fresh_state(params, tx), step, batches, num_steps=5, workdir=workdir,
+                     checkpoint_every=CKPT_EVERY)
 
 
 def test_checkpointer_bad_arguments(tmp_path):
