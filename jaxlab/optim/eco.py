@@ -468,7 +468,7 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
   if _is_static_number(eps) and _is_static_number(eps_root) and eps == 0 and eps_root == 0:
     raise ValueError(f"{where}: eps and eps_root are both 0: m/sqrt(v) is 0/0 at a zero gradient")
   # b1 = 0: mu holds the carried injection. An injected b1 may be 0 only at run time, so
-  # the choice is then made per step (`_where0`), with 1/b1 taken on a nonzero stand-in.
+  # the choice is then made per step (`_where0`), which never selects 1/b1 (inf) at 0.
   carry = _zero_flag(b1)
 
   def init_fn(params):
@@ -500,7 +500,7 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
       k = _coef(lr, weight_decay) * bc1
       inv_b1 = _where0(carry, lambda: 1.0, lambda: 1.0 / b1)
       # b1 = 0, the limit b1 -> 0 of b1 * m: the residual is carried whole to the next step.
-      mu_l = [_where0(carry, lambda m=m, d=d, e=e: -k * d * e,
+      mu_l = [_where0(carry, lambda d=d, e=e: -k * d * e,
                       lambda m=m, d=d, e=e: m + k * (1.0 - inv_b1) * d * e)
               for m, d, e in zip(mu_l, denom, errs, strict=True)]
     else:
@@ -590,7 +590,7 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
       k = _coef(lr, weight_decay)
       inv_beta = _where0(carry, lambda: 1.0, lambda: 1.0 / momentum)
       # momentum = 0, the limit beta -> 0 of beta * M.
-      mu_l = [_where0(carry, lambda m=m, e=e: -k * e,
+      mu_l = [_where0(carry, lambda e=e: -k * e,
                       lambda m=m, e=e: m + k * (1.0 - inv_beta) * e)
               for m, e in zip(mu_l, errs, strict=True)]
     else:

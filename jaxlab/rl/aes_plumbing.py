@@ -24,6 +24,7 @@ Example:
 """
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +69,16 @@ class AESKnobs:
     if getattr(self, total) % getattr(self, every):
       raise ValueError(f"{cls}.{total} ({getattr(self, total)}) must be a multiple of "
                        f"{every} ({getattr(self, every)})")
+
+  def _check_float(self, name: str, low: float, high: float = math.inf, *,
+                   open_low: bool = False) -> None:
+    """ValueError unless field `name` is a finite number in [low, high] ((low, high] if
+    `open_low`)."""
+    v = getattr(self, name)
+    if not (math.isfinite(v) and (v > low if open_low else v >= low) and v <= high):
+      want = f"{'>' if open_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf
+                                                       else "")
+      raise ValueError(f"{type(self).__name__}.{name} must be a finite number {want}, got {v!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,15 +54,6 @@ def ent_mode_index(name: str) -> Array:
   return aes_plumbing.mode_index(ENT_MODES, name, "entropy mode")
 
 
-def _check_float(name: str, value: Any, low: float, high: float = math.inf, *,
-                 open_low: bool = False) -> None:
-  """ValueError unless `value` is a finite number in [low, high] ((low, high] if `open_low`)."""
-  if not (math.isfinite(value) and (value > low if open_low else value >= low)
-          and value <= high):
-    want = f"{'>' if open_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
-    raise ValueError(f"PPOConfig.{name} must be a finite number {want}, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   """PPO settings; an update = one rollout of `num_envs * num_steps` steps.
@@ -107,10 +98,10 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
                        "total_updates", "num_evals")
     self.network_dtypes()
     for name in ("gamma", "gae_lambda"):
-      _check_float(name, getattr(self, name), 0.0, 1.0)
+      self._check_float(name, 0.0, 1.0)
     for name in ("lr", "clip_eps", "max_grad_norm", "ent_coef"):
-      _check_float(name, getattr(self, name), 0.0, open_low=True)
-    _check_float("vf_coef", self.vf_coef, 0.0)
+      self._check_float(name, 0.0, open_low=True)
+    self._check_float("vf_coef", 0.0)
     if (self.num_envs * self.num_steps) % self.num_minibatches:
       raise ValueError("PPOConfig.num_envs * num_steps must be divisible by "
                        f"num_minibatches ({self.num_minibatches})")

@@ -104,9 +104,7 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
       raise ValueError(f"need 0 < tau <= 1 and 0 <= gamma < 1, got tau="
                        f"{self.tau!r}, gamma={self.gamma!r}")
     for name in ("actor_lr", "critic_lr", "alpha_lr"):
-      lr = getattr(self, name)
-      if not (lr > 0.0 and math.isfinite(lr)):
-        raise ValueError(f"SACConfig.{name} must be a finite number > 0, got {lr!r}")
+      self._check_float(name, 0.0, open_low=True)
 
 
 class _MLP(nn.Module):
