@@ -106,7 +106,8 @@ def get_config(arg=None):
       placeholder_precision=dict(
           claim="placeholders go where hard completion is wrong more often than chance",
           metric="share of sft_rl placeholders at positions its hard completion got wrong, "
-                 "minus the base model's per-position error rate",
+                 "minus that hard completion's error rate over the same completions' "
+                 "positions (placement by chance)",
           direction="higher", threshold=0.0, unit="share", primary=False),
       # Training also teaches a weak model where to stop (a shorter, cheaper hard completion):
       # this one isolates what the placeholders themselves save, on the same trained model.

@@ -102,7 +102,8 @@ def get_config(arg=None):
           direction="higher", threshold=0.0, unit="bits/byte", primary=False),
       escot_gain_same_vocab=dict(
           claim="with the teacher's own tokenizer, distillation helps (E-SCOT below SFT)",
-          metric="held-out bits/byte, 'same' student, E-SCOT minus SFT",
+          metric="held-out bits/byte, the student with the teacher's tokenizer (spec "
+                 "'teacher'), E-SCOT minus SFT",
           direction="lower", threshold=0.0, unit="bits/byte", primary=False)))
 
   if preset == "smoke":
@@ -117,7 +118,7 @@ def get_config(arg=None):
     config.optimizer.teacher.warmup_steps = 2
     config.distill.update(top_k=4, mined_max_len=6)
     config.bench.update(lengths=(8, 16), repeats=1, sinkhorn_iters=5)
-    config.criteria.escot_gain_same_vocab.metric = "unused in smoke (no 'same' student)"
+    config.criteria.escot_gain_same_vocab.metric = "unused in smoke (no 'teacher' student)"
   elif preset == "full":
     config.data.update(max_bytes=4_000_000, chunk_chars=128, student_chars=200_000,
                        val_chunks=512)

@@ -74,6 +74,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       enabled=True,
       ptq_formats=("nvfp4", "mxfp4_floor", "mixfp4"),
       quantize_lm_head=False,  # jaxlab interpretation: keep the LM head in FP32
+      # jaxlab interpretation: W4A4 activations' NVFP4/MixFP4 tensor scale over the whole
+      # activation tensor of a forward call ("tensor") or per token ("token").
+      act_scale="tensor",
       eval_batch_size=32, eval_num_batches=8, eval_seq_len=96, eval_seed=12345))
   if preset == "smoke":
     c.synthetic.update(rows=32, cols=512)

@@ -44,7 +44,8 @@ def get_config(arg=None):
       num_frames=8, fps=10.0, max_joints=32, bone_jitter=0.3,
       train_species="biped,quadruped", heldout_species="hexapod",
       pair_source="biped", pair_target="quadruped"))
-  config.text = ml_collections.ConfigDict(dict(encoder_batch_size=64))
+  # No `text` knobs: the ~45 joint descriptions go through MiniLM in one call, once per
+  # workdir (`jaxlab.motion.text_cache`); a batch-size field here was never read.
   config.model = ml_collections.ConfigDict(dict(
       width=32, num_blocks=1, num_heads=4, latent_dim=16, num_freqs=4))
   # jaxlab interpretation: the paper's loss weights are unreported.

@@ -92,7 +92,10 @@ def lm_batch(tokens: np.ndarray, step: int, *, batch_size: int, seq_len: int,
   """The batch for `step`: `[batch_size, seq_len + 1]` int32 windows.
 
   Window offsets are drawn from a generator seeded by `(seed, step)`, so any
-  step can be produced directly (seekable) and reproducibly.
+  step can be produced directly (seekable) and reproducibly. They are uniform
+  over [0, len(tokens) - seq_len - 2]: the stream's last token is never in a
+  window (one token of the stream; widening the range would redraw every
+  seeded batch and so change every recorded LM result).
   """
   if tokens.ndim != 1:
     raise ValueError(f"tokens must be 1-D, got shape {tokens.shape}")

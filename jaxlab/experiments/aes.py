@@ -21,7 +21,7 @@ import numpy as np
 
 import jaxlab.report
 import jaxlab.train
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.rl import drift as drift_lib
 from jaxlab.rl import envs, metrics, ppo, sac
 
@@ -63,7 +63,7 @@ def _run_task(task, mode: str, config) -> dict:
       key=jax.random.key(d.drift_seed))
   arms = split_names(task.arms)
   modes = jnp.stack([mode_index(a) for a in arms])
-  seeds = [int(x) for x in config.seeds]
+  seeds = config_seeds(config)
   keys = jnp.stack([jax.random.key(x) for x in seeds])
   train = jax.jit(jax.vmap(jax.vmap(make(env, cfg, drift), in_axes=(0, None)),
                            in_axes=(None, 0)))
@@ -205,8 +205,11 @@ def run(config, workdir: str) -> dict:
   if config.aes_rule not in RULE_ARMS:
     raise ValueError(f"config.aes_rule must be one of {tuple(RULE_ARMS)}, got "
                      f"{config.aes_rule!r}")
-  if len(config.seeds) < 1:
-    raise ValueError(f"config.seeds must name at least one seed, got {config.seeds}")
+  config_seeds(config)  # non-empty and distinct, before any work
+  # SAC's and PPO's Adams take constant learning rates: another schedule would be ignored.
+  if config.optimizer.get("schedule", "constant") != "constant":
+    raise ValueError(f"config.optimizer.schedule must be 'constant' (the aes tasks train with "
+                     f"constant learning rates), got {config.optimizer.schedule!r}")
   judged = RULE_ARMS[config.aes_rule]
   shared = jaxlab.train.config_hash(tuple(config.seeds), config.drift, config.metrics,
                                     config.optimizer)

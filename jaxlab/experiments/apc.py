@@ -77,14 +77,40 @@ def _hard(model, params, prompts, n: int, chunk: int) -> codecomp.Decoded:
   return jax.tree.map(lambda *x: np.concatenate(x)[:k], *outs)
 
 
+def position_error_rate(hard: np.ndarray, lengths: np.ndarray, targets: np.ndarray,
+                        target_lens: np.ndarray) -> float | None:
+  """Share of positions i < lengths[b] where the hard completion is wrong.
+
+  The chance level of placeholder precision: placeholders put at random among a
+  completion's positions land on a wrong hard token this often (positions pooled,
+  as `Scores.placed_wrong / placed` pools them).
+
+  Args:
+    hard: [b, n] the hard completion the precision is judged against.
+    lengths: [b] valid positions of the completion that places the placeholders.
+    targets: [b, m] the truth, valid up to target_lens [b]; a position past it is wrong.
+  """
+  n = hard.shape[1]
+  pos = np.arange(n)[None, :]
+  valid = pos < np.asarray(lengths)[:, None]
+  t_pad = np.pad(targets, ((0, 0), (0, max(n - targets.shape[1], 0))))[:, :n]
+  wrong = (hard != t_pad) | (pos >= np.asarray(target_lens)[:, None])
+  return float(wrong[valid].mean()) if valid.any() else None
+
+
 def _trained_arms(model, params, ex, n, costs, name, hc_cost, chunk):
   """(the arm `name` and `name`_hc of a trained model, its APC decode of `ex`)."""
   hard = _hard(model, params, ex.prompts, n, chunk)
   apc = jax.device_get(codecomp.decode(model, params, ex.prompts, jax.random.key(0),
                                        num_tokens=n))
+  arm = _summarise(codecomp.score(apc.tokens, apc.lengths, ex.targets, ex.target_lens,
+                                  hard.tokens, costs), hc_cost)
+  # Chance for this arm's precision: its OWN hard completion's error rate over the positions
+  # of its APC completions (the base model's rate is another model's, at other positions).
+  arm["position_error_rate"] = position_error_rate(hard.tokens, apc.lengths, ex.targets,
+                                                   ex.target_lens)
   return {
-      name: _summarise(codecomp.score(apc.tokens, apc.lengths, ex.targets, ex.target_lens,
-                                      hard.tokens, costs), hc_cost),
+      name: arm,
       f"{name}_hc": _summarise(codecomp.score(hard.tokens, hard.lengths, ex.targets,
                                               ex.target_lens, hard.tokens, costs), hc_cost)}, apc
 
@@ -140,11 +166,9 @@ def run_seed(config, model, base_params, corpus, seed: int, stages: Stages | Non
   dec = _hard(model, base_params, ex.prompts, n, chunk)
   hc = codecomp.score(dec.tokens, dec.lengths, ex.targets, ex.target_lens, dec.tokens, costs)
   hc_cost = float(np.mean(hc.cost))
-  valid = np.arange(n)[None, :] < dec.lengths[:, None]
-  t_pad = np.pad(ex.targets, ((0, 0), (0, max(n - ex.targets.shape[1], 0))))[:, :n]
-  hc_wrong = (dec.tokens != t_pad) | (np.arange(n)[None, :] >= ex.target_lens[:, None])
   arms = {"hc": _summarise(hc, hc_cost)}
-  arms["hc"]["position_error_rate"] = float(hc_wrong[valid].mean())
+  arms["hc"]["position_error_rate"] = position_error_rate(dec.tokens, dec.lengths, ex.targets,
+                                                          ex.target_lens)
   arms["apc_fano"] = _summarise(_score_threshold(dec, ex, dec.entropy, h_star, costs), hc_cost)
   arms["apc_pmax"] = _summarise(_score_threshold(dec, ex, 1.0 - dec.p_max, costs.rho, costs),
                                 hc_cost)
@@ -220,13 +244,15 @@ def _pm(values, pct=False) -> str:
 
 
 def _measure(per_seed: list[dict]) -> dict:
-  arm = lambda name, metric: [s["arms"][name][metric] for s in per_seed]
+  # .get: a seed cached before an arm recorded a metric leaves it missing (not measured).
+  arm = lambda name, metric: [s["arms"][name].get(metric) for s in per_seed]
   return {
       "fano_threshold_cost": (arm("apc_fano", "cost"), arm("hc", "cost")),
       "trained_cost_reduction": (arm("sft_rl", "cost"), arm("hc", "cost")),
       "hc_exact_match_kept": (arm("sft_rl_hc", "exact"), arm("hc", "exact")),
       "tuned_threshold_cost": (arm("apc_tuned", "cost"), arm("hc", "cost")),
-      "placeholder_precision": (arm("sft_rl", "precision"), arm("hc", "position_error_rate")),
+      "placeholder_precision": (arm("sft_rl", "precision"),
+                                arm("sft_rl", "position_error_rate")),
       "placeholder_own_effect": (arm("sft_rl", "cost"), arm("sft_rl_hc", "cost")),
   }
 
@@ -251,6 +277,13 @@ def run(config, workdir: str) -> dict:
   costs = cost_model(config)
   if config.apc.max_target_len < 2 or config.apc.prefix_len < 1:
     raise ValueError("apc.max_target_len must be >= 2 and apc.prefix_len >= 1")
+  # Checked before the base LM trains (minutes), not when the first seed needs them.
+  if not len(config.apc.thresholds):
+    raise ValueError("config.apc.thresholds must list at least one entropy threshold")
+  try:
+    codecomp.critical_entropy(costs.rho, config.apc.fano_vocab_size)
+  except ValueError as e:
+    raise ValueError(f"config.apc.fano_vocab_size / config.apc.costs: {e}") from e
   base_config = base_lm_config(config)
   model, base_params, corpus = lm.pretrained(base_config, os.path.join(workdir, "base_lm"))
   # Uncommitted copies: the base LM's params carry its mesh's sharding, a fresh optimizer

@@ -148,14 +148,20 @@ def _backbones(config, model_cfg, train_cfg, data, seeds, workdir) -> tuple[list
 
 
 def _group_means(rows: dict, intent: np.ndarray) -> dict:
-  """{group: {metric: [per-seed mean]}} from per-row [seeds, u] metrics."""
+  """{group: {metric: [per-seed mean]}} from per-row [seeds, u] metrics.
+
+  A seed with no test row in a group has NaN there (not measured), never a 0 that the
+  verdict would read as a measured HR or genre share.
+  """
   masks = dict(request=intent > 0, want=intent == 1, avoid=intent == 2, none=intent == 0,
                all=np.ones_like(intent, bool))
   out = {}
   for g, m in masks.items():
     w = m.astype(np.float64)
-    n = np.maximum(w.sum(1), 1.0)
-    out[g] = {k: ((np.asarray(v, np.float64) * w).sum(1) / n).tolist() for k, v in rows.items()
+    n = w.sum(1)
+    out[g] = {k: np.where(n > 0, (np.asarray(v, np.float64) * w).sum(1) / np.maximum(n, 1.0),
+                          np.nan).tolist()
+              for k, v in rows.items()
               if g in ("want", "avoid", "request") or not k.startswith("share")}
   return out
 
@@ -190,6 +196,20 @@ def _measure(table: dict, arms: list[str], high_rho: str | None) -> dict:
     measured["high_rho_hurts"] = (seeds(METHOD, "request", "s_hr"),
                                   seeds(high_rho, "request", "s_hr"))
   return measured
+
+
+def high_rho_arm(arm_defs: dict, rho: float) -> str | None:
+  """The ρ-sweep arm that `high_rho_hurts` compares CRAMER with, or None.
+
+  The sweep's highest ρ, if it is "too high" (>= 0.25, the spec's) and above CRAMER's own
+  `config.cramer.rho`: otherwise the criterion would compare CRAMER with a lower or an
+  equal drop ratio and read the result as "a high ρ hurts".
+  """
+  sweep = [a for a in arm_defs if a.startswith("cramer_rho")]
+  high = max(sweep, key=lambda a: arm_defs[a][1].rho, default=None)
+  if high is None or arm_defs[high][1].rho < 0.25 or arm_defs[high][1].rho <= rho:
+    return None
+  return high
 
 
 def _time_per_request(model_cfg, backbone, data, config, repeats: int) -> dict:
@@ -296,9 +316,7 @@ def run(config, workdir: str) -> dict:
   table = {a: {g: {m: seed_summary(v) for m, v in ms.items()} for g, ms in r["groups"].items()}
            for a, r in per_arm.items()}
 
-  sweep = [a for a in arms if a.startswith("cramer_rho")]
-  high = max(sweep, key=lambda a: arm_defs[a][1].rho, default=None)
-  high = high if high is not None and arm_defs[high][1].rho >= 0.25 else None
+  high = high_rho_arm(arm_defs, float(config.cramer.rho))
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(table, arms, high))
   timing = _time_per_request(model_cfg, backbones[0], data, config, config.eval.timing_repeats)
   plots = _plots(workdir, table, arms)

@@ -97,6 +97,10 @@ def run(config, workdir: str) -> dict:
   arm_params = {a: make_arm(a, config) for a in arms}
   seeds = config_seeds(config)
   factors = [float(f) for f in config.sweep.length_scale_factors]
+  if not all(f > 0 and np.isfinite(f) for f in factors):
+    # Checked here: the sweep cells run after the main arms, minutes into the run.
+    raise ValueError(f"config.sweep.length_scale_factors must be finite and > 0, got "
+                     f"{tuple(config.sweep.length_scale_factors)}")
   sweep_arms = split_names(config.sweep.arms)
   for a in sweep_arms:
     arm_params.setdefault(a, make_arm(a, config))

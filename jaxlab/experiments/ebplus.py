@@ -287,6 +287,15 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     raise ValueError(f"sim.backend must be one of {BACKENDS}, got {sim.backend!r}")
   if len(seeds) < 1 or len(set(seeds)) != len(seeds):
     raise ValueError(f"config.seeds must be distinct seeds, got {seeds}")
+  # Table 4's criteria compare the lowest with the highest concurrency and the bandwidth one
+  # the lowest with the highest bandwidth: one value would judge a point against itself (after
+  # the whole simulation, or as a crash in `measure` for an empty list).
+  if len(set(sim.table4_concurrency)) < 2:
+    raise ValueError(f"sim.table4_concurrency needs >= 2 distinct concurrencies, got "
+                     f"{tuple(sim.table4_concurrency)}")
+  if len(set(config.sweep.bandwidths_tbs)) < 2:
+    raise ValueError(f"sweep.bandwidths_tbs needs >= 2 distinct bandwidths, got "
+                     f"{tuple(config.sweep.bandwidths_tbs)}")
   cache = train.ArmCache(workdir)
   key = train.config_hash(sim, config.sweep, config.engine)
   per_seed, laps = [], {}

@@ -34,10 +34,19 @@ import numpy as np
 import optax
 
 from jaxlab import data, optim, report, train
+from jaxlab.presets import config_seeds
 from jaxlab.train import lm as train_lm
 
 _INJECTION = {"naive_rtn": ("none", False), "naive_sr": ("none", True), "eco_rtn": ("eco", False),
               "eco_sr": ("eco", True), "exact_ef": ("exact", True)}
+ARMS = ("master", *_INJECTION)
+
+
+def _check_arms(arms, key: str) -> None:
+  """ValueError naming `key` unless every arm is one of `ARMS`."""
+  unknown = [a for a in arms if a not in ARMS]
+  if unknown:
+    raise ValueError(f"{key} entries must be among {ARMS}, got {unknown}")
 
 
 # ----------------------------------------------------------------------------- (a) convex toy
@@ -126,7 +135,12 @@ def convex_toy(cfg: ml_collections.ConfigDict, seed: int,
   e = W~ - Q(W~) over the tail, ECO's E_t ~ E_{t+1} premise; None for master
   and exact-EF).
   """
+  _check_arms(cfg.arms, "toy.arms")
+  if not 0.0 < cfg.tail_fraction <= 1.0:
+    raise ValueError(f"toy.tail_fraction must lie in (0, 1], got {cfg.tail_fraction}")
   seeds = [seed + s for s in cfg.seeds]
+  if not seeds or len(set(seeds)) != len(seeds):  # a repeated problem would count twice
+    raise ValueError(f"toy.seeds must be non-empty and distinct, got {list(cfg.seeds)}")
   problems = [_toy_problem(cfg, s) for s in seeds]
   quant = optim.Quantizer("grid", step=cfg.grid_step)
   floor = float(np.mean([jnp.linalg.norm(quant.dequantize(quant.quantize(w)) - w)
@@ -256,11 +270,21 @@ def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, mod
           "skipped_updates": skipped, "train_s": time.perf_counter() - t0}
 
 
+def _check_lm(config: ml_collections.ConfigDict) -> None:
+  """ValueError naming the key for unknown `lm.arms` / `lm.formats` or empty or repeated
+  `seeds` (before any training)."""
+  config_seeds(config)
+  _check_arms(config.lm.arms, "lm.arms")
+  for fmt in config.lm.formats:
+    _quantizer(fmt, config.lm)
+
+
 def tiny_lm(config: ml_collections.ConfigDict, cache: train.ArmCache) -> dict:
   """Every (format, arm, seed) of the LM study; finished ones come from `cache`.
 
   Returns {format: {arm: [per-seed result, in the order of `config.seeds`]}}.
   """
+  _check_lm(config)
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   model = train_lm.make_model(config)
   loss_fn = jax.jit(train_lm.next_byte_loss(model))
@@ -382,6 +406,7 @@ def _se(x) -> float:
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs the convex toy and the tiny-LM study, judges the config's criteria; writes results.json."""
   os.makedirs(workdir, exist_ok=True)
+  _check_lm(config)  # before the toy: a typo in lm.* must not wait for it
   t0 = time.perf_counter()
   cache = train.ArmCache(workdir)
   toy = convex_toy(config.toy, config.seed, cache)

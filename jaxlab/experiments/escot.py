@@ -346,6 +346,37 @@ def bench_coupling(lengths: tuple[int, ...], *, repeats: int, epsilon: float, nu
   return out
 
 
+def validate(config) -> None:
+  """ValueError naming the key for a value that would otherwise surface late or as a NaN.
+
+  Checked before any tokenizer or teacher is trained: a temperature <= 0 gives NaN (0) or an
+  inverted (< 0) teacher distribution, and a bad `entropy_on` / `weighting` only failed once
+  the student trainer was traced, after the teacher's whole training.
+  """
+  d, data_cfg = config.distill, config.data
+  if d.coupling not in ("overlap", "start"):
+    raise ValueError(f"distill.coupling must be 'overlap' or 'start', got {d.coupling!r}")
+  if d.entropy_on not in ("char", "token"):
+    raise ValueError(f"distill.entropy_on must be 'char' or 'token', got {d.entropy_on!r}")
+  if d.weighting not in losses.WEIGHTINGS:
+    raise ValueError(f"distill.weighting must be one of {losses.WEIGHTINGS}, got "
+                     f"{d.weighting!r}")
+  positive = {"distill.temperature": d.temperature, "distill.tau": d.tau,
+              "distill.top_k": d.top_k, "distill.mined_max_len": d.mined_max_len,
+              "data.chunk_chars": data_cfg.chunk_chars, "data.val_chunks": data_cfg.val_chunks}
+  non_negative = {"distill.lam": d.lam, "distill.alpha": d.alpha,
+                  "distill.char_weight": d.char_weight, "distill.rank_weight": d.rank_weight}
+  for name, v in positive.items():
+    if not (math.isfinite(v) and v > 0):
+      raise ValueError(f"{name} must be finite and > 0, got {v}")
+  for name, v in non_negative.items():
+    if not v >= 0:  # math.inf is allowed for distill.alpha (min-entropy)
+      raise ValueError(f"{name} must be >= 0, got {v}")
+  if data_cfg.student_chars < data_cfg.chunk_chars:
+    raise ValueError(f"data.student_chars ({data_cfg.student_chars}) must hold at least one "
+                     f"chunk of data.chunk_chars ({data_cfg.chunk_chars})")
+
+
 def _digest(*arrays: np.ndarray) -> str:
   """A short content hash of numpy arrays (dtype, shape and bytes)."""
   h = hashlib.sha1()
@@ -356,8 +387,12 @@ def _digest(*arrays: np.ndarray) -> str:
   return h.hexdigest()[:16]
 
 
-def _measure(table: dict, low: list[str], methods: list[str]) -> dict:
-  """Per-seed values of each declared criterion (absent when an arm is missing)."""
+def _measure(table: dict, low: list[str], methods: list[str], same: str | None) -> dict:
+  """Per-seed values of each declared criterion (absent when an arm is missing).
+
+  `same` names the student with the teacher's own tokenizer (spec "teacher"), whatever its
+  name, or is None when there is none.
+  """
   def low_mean(method):
     return np.mean([table[s][method]["per_seed"] for s in low], axis=0)
   measured = {}
@@ -371,9 +406,9 @@ def _measure(table: dict, low: list[str], methods: list[str]) -> dict:
     measured["uld_below_sft"] = (low_mean("uld"), low_mean("sft"))
   if have("mined", "sft"):
     measured["mined_below_sft"] = (low_mean("mined"), low_mean("sft"))
-  if "same" in table and "escot" in methods and "sft" in methods:
-    measured["escot_gain_same_vocab"] = (table["same"]["escot"]["per_seed"],
-                                         table["same"]["sft"]["per_seed"])
+  if same is not None and "escot" in methods and "sft" in methods:
+    measured["escot_gain_same_vocab"] = (table[same]["escot"]["per_seed"],
+                                         table[same]["sft"]["per_seed"])
   return measured
 
 
@@ -427,9 +462,7 @@ def run(config, workdir: str) -> dict:
   low = split_names(config.tokenizers.low_overlap)
   if set(low) - set(student_specs):
     raise ValueError(f"tokenizers.low_overlap {low} must name students {list(student_specs)}")
-  if config.distill.coupling not in ("overlap", "start"):
-    raise ValueError(f"distill.coupling must be 'overlap' or 'start', got "
-                     f"{config.distill.coupling!r}")
+  validate(config)
 
   corpus = data.load_corpus(max_bytes=config.data.max_bytes,
                             val_fraction=config.data.val_fraction)
@@ -553,8 +586,9 @@ def run(config, workdir: str) -> dict:
       "bench", jaxlab.train.config_hash(b), lambda: bench_coupling(
           tuple(b.lengths), repeats=b.repeats, epsilon=b.epsilon, num_iters=b.sinkhorn_iters)))
 
+  same = next((s for s, spec in student_specs.items() if spec == "teacher"), None)
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria,
-                                                  _measure(table, low, methods))
+                                                  _measure(table, low, methods, same))
   students = list(student_specs)
   plots = _plots(workdir, table, overlaps, students, methods, bench)
 

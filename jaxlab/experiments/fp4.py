@@ -9,9 +9,11 @@ projection input fake-quantized per token in blocks along d) for NVFP4,
 MXFP4 and MixFP4 against the FP32 model.
 
 jaxlab interpretations (config knobs): the LM head stays FP32
-(`lm.quantize_lm_head`); W4A4 activations use a dynamic tensor scale over the
-whole activation tensor of a forward call (NVFP4/MixFP4 tensor scale) and the
-same format as the weights.
+(`lm.quantize_lm_head`); W4A4 activations use the same format as the weights
+and a dynamic NVFP4/MixFP4 tensor scale over the whole activation tensor of a
+forward call (`lm.act_scale="tensor"`; "token" gives every token its own
+tensor scale, so a sequence's score does not depend on the other rows of its
+eval batch).
 
 Verdict: `jaxlab.report.judge_all` on `config.criteria` (see configs/fp4.py),
 with per-seed bits/byte of every arm on the seed's held-out windows (paired);
@@ -35,6 +37,7 @@ from flax import traverse_util
 from jaxlab import data, formats, report
 from jaxlab.nn import Transformer
 from jaxlab.nn.transformer import default_dense
+from jaxlab.presets import config_seeds
 from jaxlab.train import lm as train_lm
 
 # Format names are `jaxlab.formats` presets (the one quantization vocabulary).
@@ -138,15 +141,21 @@ def weight_study(params: Any, names: tuple[str, ...]) -> dict[str, dict[str, flo
   return {n: _summarize(n, order, stats[n]) for n in names}
 
 
+ACT_SCALES = ("tensor", "token")
+
+
 class FakeQuantDense(nn.Module):
   """Bias-free Dense whose input is fake-quantized per token (W4A4 PTQ).
 
-  The kernel is used as given (quantize it beforehand for W4A4); the input is
-  fake-quantized along its last axis with `act_format`. Parameter names match
-  `nn.Dense`, so FP32 checkpoints load unchanged.
+  The kernel is used as given (quantize it beforehand for W4A4); the input
+  [..., d] is fake-quantized in blocks along d with `act_format`, its tensor
+  scale taken over the whole input (`act_scale="tensor"`) or over each token's
+  d values (`"token"`). Parameter names match `nn.Dense`, so FP32 checkpoints
+  load unchanged.
   """
   features: int
   act_format: str
+  act_scale: str = "tensor"
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -155,17 +164,26 @@ class FakeQuantDense(nn.Module):
     kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features),
                         self.param_dtype)
     fmt, opts = _format(self.act_format)
-    xq = formats.fake_quant(x.astype(jnp.float32), fmt, axis=-1, **opts)
+    x32 = x.astype(jnp.float32)
+    if self.act_scale == "tensor":
+      xq = formats.fake_quant(x32, fmt, axis=-1, **opts)
+    elif self.act_scale == "token":
+      rows = x32.reshape(-1, 1, x.shape[-1])  # each token its own [1, d] tensor
+      xq = jax.vmap(lambda r: formats.fake_quant(r, fmt, axis=-1, **opts))(rows)
+      xq = xq.reshape(x.shape)
+    else:
+      raise ValueError(f"act_scale must be one of {ACT_SCALES}, got {self.act_scale!r}")
     return jnp.dot(xq.astype(self.dtype), kernel.astype(self.dtype))
 
 
-def w4a4_dense_factory(act_format: str, quantize_lm_head: bool):
+def w4a4_dense_factory(act_format: str, quantize_lm_head: bool, act_scale: str = "tensor"):
   """A `TransformerConfig.dense` factory that fake-quantizes projection inputs."""
 
   def dense(features: int, *, name: str, dtype: Any, param_dtype: Any) -> nn.Module:
     if name == "lm_head" and not quantize_lm_head:
       return default_dense(features, name=name, dtype=dtype, param_dtype=param_dtype)
-    return FakeQuantDense(features, act_format, dtype=dtype, param_dtype=param_dtype, name=name)
+    return FakeQuantDense(features, act_format, act_scale, dtype=dtype, param_dtype=param_dtype,
+                          name=name)
   return dense
 
 
@@ -219,7 +237,8 @@ def ptq_study(config: ml_collections.ConfigDict, workdir: str,
   for name in c.ptq_formats:
     qparams = quantize_weights(params, name, quantize_lm_head=c.quantize_lm_head)
     w4a4 = Transformer(dataclasses.replace(model.config,
-                                           dense=w4a4_dense_factory(name, c.quantize_lm_head)))
+                                           dense=w4a4_dense_factory(name, c.quantize_lm_head,
+                                                                    c.act_scale)))
     arms += [("w4a16", name, model, qparams), ("w4a4", name, w4a4, qparams)]
   res: dict[str, Any] = {"fp32": [], "w4a16": {n: [] for n in c.ptq_formats},
                          "w4a4": {n: [] for n in c.ptq_formats}, "seeds": list(seeds)}
@@ -279,9 +298,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   for needed in ("nvfp4", "mixfp4"):
     if needed not in config.formats:
       raise ValueError(f"config.formats must include {needed!r} (the comparison)")
-  seeds = tuple(int(x) for x in config.seeds)
-  if not seeds or len(set(seeds)) != len(seeds):
-    raise ValueError(f"config.seeds must be distinct evaluation seeds, got {list(seeds)}")
+  for name in config.lm.ptq_formats:
+    _format(name)
+  if config.lm.act_scale not in ACT_SCALES:  # before the base LM trains
+    raise ValueError(f"lm.act_scale must be one of {ACT_SCALES}, got {config.lm.act_scale!r}")
+  seeds = tuple(config_seeds(config))
   t0 = time.perf_counter()
   syn_per_seed = [synthetic_study(config, s) for s in seeds]
   syn = _mean_tables(syn_per_seed)

@@ -21,7 +21,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.autotune import benchmark, cost_model, kernelband, proposers, space, timing
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from pallas_kernels import tuning
 from pallas_kernels.fp4 import ops as fp4_ops
 from pallas_kernels.moe import ops as moe_ops
@@ -103,10 +103,10 @@ def run(config, workdir: str) -> dict:
   """Runs every method (resuming finished ones), writes results.json and tuning.json."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
-  methods, seeds = split_names(config.methods), [int(s) for s in config.seeds]
+  methods, seeds = split_names(config.methods), config_seeds(config)
   budgets = [int(b) for b in config.budgets]
-  if not methods or not seeds:
-    raise ValueError("config.methods and config.seeds must be non-empty")
+  if not methods:
+    raise ValueError("config.methods must be non-empty")
   if config.criteria_budget not in budgets:
     raise ValueError(f"config.criteria_budget={config.criteria_budget} must be one of "
                      f"config.budgets={budgets}")

@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 
 from jaxlab import data, report, train
+from jaxlab.presets import config_seeds
 from jaxlab.train.lm import eval_bits_per_byte, train_lm
 
 # Window seed of evaluation seed s: `eval.seed + EVAL_SEED_STRIDE * s` (far apart, so two
@@ -41,9 +42,7 @@ def unigram_on_windows(train_tokens: np.ndarray, val_tokens: np.ndarray, *, batc
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains the tiny LM and judges val bits/byte against the unigram baseline per eval seed."""
-  seeds = [int(s) for s in config.seeds]
-  if not seeds or len(set(seeds)) != len(seeds):
-    raise ValueError(f"config.seeds must be distinct evaluation seeds, got {seeds}")
+  seeds = config_seeds(config)  # distinct evaluation seeds
   model, state, corpus = train_lm(config, workdir)
   t, e = config.train, config.eval
   windows = dict(batch_size=e.batch_size, seq_len=t.seq_len, num_batches=e.num_batches)

@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from jaxlab import data, moe, report
+from jaxlab.presets import config_seeds
 from jaxlab.train import lm as train_lm
 
 
@@ -125,6 +126,25 @@ def measure(tables: list[dict], config: ml_collections.ConfigDict) -> dict[str, 
           "beats_pruned": (col(oea, "ce"), col(pruned, "ce"))}
 
 
+def check_eval(config: ml_collections.ConfigDict) -> None:
+  """ValueError naming the `eval` key that is out of range (called before any training)."""
+  e = config.eval
+  for bs in e.batch_sizes:
+    if e.num_seqs % bs:
+      raise ValueError(f"eval.num_seqs={e.num_seqs} must be divisible by every batch size, "
+                       f"got {bs}")
+  if int(e.criteria_k0) not in [int(x) for x in e.k0s]:
+    raise ValueError(f"eval.criteria_k0={e.criteria_k0} must be one of eval.k0s={tuple(e.k0s)}")
+  if int(e.verdict_batch) not in [int(x) for x in e.batch_sizes]:
+    raise ValueError(f"eval.verdict_batch={e.verdict_batch} must be one of eval.batch_sizes")
+  if not 0.0 <= float(e.min_t_cut) < 1.0:
+    raise ValueError(f"eval.min_t_cut must lie in [0, 1) (a fraction of vanilla's T), "
+                     f"got {e.min_t_cut}")
+  if not float(e.max_ce_increase) >= 0.0:
+    raise ValueError(f"eval.max_ce_increase must be >= 0 (a relative CE margin), "
+                     f"got {e.max_ce_increase}")
+
+
 def _mean_table(tables: list[dict]) -> dict:
   """The seed mean of per-seed tables {label: {B: {"ce", "T"}}}."""
   return {label: {b: {k: float(np.nanmean([t[label][b][k] for t in tables])) for k in v}
@@ -133,9 +153,8 @@ def _mean_table(tables: list[dict]) -> dict:
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains the MoE LM and reports T and val CE per routing and decode batch size."""
-  seeds = tuple(int(x) for x in config.seeds)
-  if not seeds or len(set(seeds)) != len(seeds):
-    raise ValueError(f"config.seeds must be distinct evaluation seeds, got {list(seeds)}")
+  seeds = tuple(config_seeds(config))
+  check_eval(config)
   params, corpus = train_moe_lm(config, workdir)
   tables = evaluate_routings(config, params, corpus.val, seeds)
   verdict, criteria = report.judge_all(config.criteria, measure(tables, config))
@@ -145,6 +164,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   van = table["vanilla"][b]
   oea, pruned = table[f"oea_k0={best}"][b], table[f"pruned_k0={best}"][b]
   t_cut, ce_increase = 1.0 - oea["T"] / van["T"], oea["ce"] / van["ce"] - 1.0
+  # The thresholds as judged (ratio factors of the declared criteria), shown as a cut / margin.
+  judged = {r.name: r.threshold for r in criteria}
+  min_cut, max_increase = 1.0 - 1.0 / judged["t_cut"], 1.0 / judged["ce_at_vanilla"] - 1.0
 
   def draw_t(ax):
     for label, row in table.items():
@@ -181,7 +203,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                f"steps; one trained model, {len(seeds)} evaluation seeds {list(seeds)}, each "
                f"{e.num_seqs} held-out val windows of {e.seq_len} bytes decoded by every routing "
                f"in the same batches. Criteria at B={b}, k0={best} (declared): T cut >= "
-               f"{100 * e.min_t_cut:.0f}%, CE <= +{100 * e.max_ce_increase:.0f}% of vanilla, "
+               f"{100 * min_cut:.0f}%, CE <= +{100 * max_increase:.0f}% of vanilla, "
                "CE below pruned top-k0. Seed means: " + " | ".join(lines)),
       plots=plots, criteria=criteria)
   results = {"seeds": list(seeds),

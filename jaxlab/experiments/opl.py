@@ -52,6 +52,13 @@ def arm_table(config) -> dict[str, tuple[int, int, float]]:
   ks, lams = [int(k) for k in config.opl.ks], [float(x) for x in config.opl.lambdas]
   if not ks or min(ks) < 1:
     raise ValueError(f"config.opl.ks must be positive ranks, got {config.opl.ks}")
+  # The criteria judge these arms: one not run would leave every criterion silently unmeasured.
+  if int(config.opl.small_k) not in ks:
+    raise ValueError(f"config.opl.small_k={config.opl.small_k} must be one of "
+                     f"config.opl.ks={ks}")
+  if "gopl" in families and float(config.opl.criteria_lambda) not in lams:
+    raise ValueError(f"config.opl.criteria_lambda={config.opl.criteria_lambda} must be one of "
+                     f"config.opl.lambdas={lams}")
   arms = {}
   if "none" in families:
     arms["none"] = (0, 0, 0.0)

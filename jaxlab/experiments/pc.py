@@ -27,7 +27,7 @@ import jaxlab.train
 from jaxlab.pc import bounds, datasets, training, voronoi
 from jaxlab.pc.circuit import CircuitConfig
 from jaxlab.pc.models import PCModel, init_params
-from jaxlab.presets import split_names
+from jaxlab.presets import config_seeds, split_names
 from jaxlab.report import seed_summary
 
 PAPER_CLAIM = ("A VT sum node (Voronoi-gated mixture) makes circuits geometry-aware: HFV-PCs stay "
@@ -101,7 +101,7 @@ def _programs(model: PCModel, num_steps: int, batch_size: int, alpha: tuple[floa
 
 def run_dataset(name: str, config) -> dict:
   """Trains and evaluates every model on one data set over the seeds (paired)."""
-  seeds = [int(s) for s in config.seeds]
+  seeds = config_seeds(config)
   splits = [datasets.load(name, config.data.num_points, s) for s in seeds]
   x_train = jnp.asarray(np.stack([s.train for s in splits]))
   x_test = jnp.asarray(np.stack([s.test for s in splits]))
@@ -256,8 +256,8 @@ def run(config, workdir: str) -> dict:
   for k in kinds:
     if k not in MODELS:
       raise ValueError(f"Unknown model {k!r} in config.models; expected {MODELS}")
-  if len(config.seeds) < 1:
-    raise ValueError("config.seeds must be non-empty")
+  # Non-empty and distinct: a repeated seed would count one pair twice and shrink the SE.
+  seeds = config_seeds(config)
   cache = jaxlab.train.ArmCache(workdir)
   shared = jaxlab.train.config_hash(config.seeds, config.data, config.models, config.circuit,
                                     config.base, config.hfv, config.vt, config.train,
@@ -339,7 +339,7 @@ def run(config, workdir: str) -> dict:
       verdict=row_verdict, details=" ".join(lines), plots=tuple(plots), criteria=criteria,
       facts=tuple(facts))
   results = dict(
-      experiment="pc", preset=config.preset, seeds=[int(s) for s in config.seeds],
+      experiment="pc", preset=config.preset, seeds=seeds,
       datasets=names, models=kinds, table=table,
       per_dataset={d: {**{k: v for k, v in r.items() if k != "models"},
                        "models": {k: {f: val for f, val in m.items() if f != "density_grid"}

@@ -42,6 +42,7 @@ import numpy as np
 import optax
 
 from jaxlab import data, report, train
+from jaxlab.presets import config_seeds
 from jaxlab.quant import QuantPolicy, qdense_factory, runtime_knobs, scaling_law
 from jaxlab.train import lm as train_lm
 from jaxlab.train.schedules import make_schedule
@@ -142,9 +143,15 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
     are per-seed lists in `config.seeds` order (NaN where a seed diverged).
   """
   gr, t = config.grid, config.train
-  seeds = [int(s) for s in config.seeds]
-  if len(seeds) < 1:
-    raise ValueError(f"config.seeds must name at least one seed, got {config.seeds}")
+  seeds = config_seeds(config)
+  # Refused before any training (a wrong value would otherwise surface after the whole grid,
+  # or, for smooth_frac > 1, silently divide the loss sum by more steps than were run).
+  if not 0.0 < float(t.smooth_frac) <= 1.0:
+    raise ValueError(f"train.smooth_frac must lie in (0, 1], got {t.smooth_frac}")
+  missing = sorted({int(g) for g in gr.fc2_group_sizes} - {int(g) for g in gr.group_sizes})
+  if missing:
+    raise ValueError(f"grid.fc2_group_sizes {missing} need W4A4 cells at the same G; add them "
+                     "to grid.group_sizes")
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   max_steps = max(gr.steps)
   # [S, steps, B, T+1]: seed s draws its own batch order; every precision reuses it.

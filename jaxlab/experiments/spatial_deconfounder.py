@@ -103,6 +103,15 @@ def _r2(target, features, mask):
   return 1.0 - (resid ** 2).sum() / (((t - mean) * w) ** 2).sum()
 
 
+def centre_latent(z: jax.Array, radius: int, z_dim: int) -> jax.Array:
+  """The first latent channel at each site's own (centre) pixel: z [h, w, q] -> [h, w].
+
+  `causal.latent_means` flattens [patch row, patch col, channel] into its last axis, so the
+  centre pixel's channels start at (radius * (2 radius + 1) + radius) * z_dim.
+  """
+  return z[..., (radius * (2 * radius + 1) + radius) * z_dim]
+
+
 def _metrics(est: causal.EffectEstimate, data, gcfg) -> dict:
   e_tau, e_delta = causal.effect_errors(est.tau, est.delta, data, gcfg)
   return dict(tau_hat=est.tau, delta_hat=est.delta, tau_err=e_tau, delta_err=e_delta,
@@ -160,7 +169,7 @@ class _Programs:
         metrics = {h: _metrics(e, d, gcfg) for h, e in ests.items()}
         extras = dict(u_r2=_r2(d.u, z, d.interior), a_r2=_r2(d.a, z, d.interior),
                       final_loss=losses[-1])
-        maps = dict(latent=z[..., radius * (2 * radius + 1) + radius],  # centre pixel, [h w]
+        maps = dict(latent=centre_latent(z, radius, z_dim),
                     residuals={h: e.residuals for h, e in ests.items()})
         return metrics, extras, maps
       # gcfg enters only through its (setting-independent) tau, delta and radius.

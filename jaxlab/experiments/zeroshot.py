@@ -108,6 +108,9 @@ def run(config, workdir: str) -> dict:
   arms, worlds = config_names(config, "arms"), config_names(config, "worlds", choices=WORLDS)
   seeds = config_seeds(config)
   t = config.train
+  if t.get("batch_size") is not None:
+    raise ValueError(f"config.train.batch_size must be None (the mapping trains full-batch on "
+                     f"every (source, class) pair), got {t.batch_size}")
   train_cfg = expansion.TrainConfig(
       num_steps=t.num_steps, latent_dim=t.latent_dim, hidden_dim=t.hidden_dim,
       kmeans_iters=t.kmeans_iters,

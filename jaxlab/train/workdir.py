@@ -42,7 +42,11 @@ class WorkdirConfigError(ValueError):
 
 def _plain(config: Any) -> dict:
   if hasattr(config, "to_json_best_effort"):  # ml_collections.ConfigDict
-    return json.loads(config.to_json_best_effort(sort_keys=True))
+    try:
+      return json.loads(config.to_json_best_effort(sort_keys=True))
+    except ArithmeticError as e:  # a field computed from others, e.g. 1 / (1 - x) at x = 1
+      raise ValueError(f"a config field computed from other fields cannot be evaluated ({e}); "
+                       "check the values it is computed from") from e
   if isinstance(config, Mapping):
     return json.loads(json.dumps(config, sort_keys=True, default=str))
   raise TypeError(f"config must be a ConfigDict or a mapping, got {type(config).__name__}")

@@ -1,12 +1,17 @@
 """The `aes` experiment: its declared criteria can fail, and the smoke run writes results."""
 
+import json
 import os
+import re
 
 import numpy as np
+import pytest
 
 from configs import aes as aes_config
 from jaxlab.experiments import aes
 from jaxlab.report import judge_all, read_results
+
+NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "colabs", "aes.ipynb")
 
 
 def _runs(per_arm_values: dict, change_points=(200, 400)) -> dict:
@@ -115,3 +120,49 @@ def test_smoke_run_writes_results(tmp_path):
     assert len(summary["recovery_pct"]["per_seed"]) == len(config.seeds)
     assert summary["events"] == 2 * len(config.seeds), arm
   assert "recovery" in report["ours"] and "fixed" in report["baseline"]
+
+
+class _Ran(Exception):
+  pass
+
+
+def test_a_schedule_the_tasks_ignore_is_a_value_error(monkeypatch, tmp_path):
+  # SAC / PPO take constant learning rates; a cosine schedule must not be silently dropped.
+  def ran(*args, **kwargs):
+    raise _Ran
+  monkeypatch.setattr(aes, "_run_task", ran)
+  config = aes_config.get_config("smoke")
+  config.optimizer.schedule = "warmup_cosine"
+  with pytest.raises(ValueError, match="optimizer.schedule"):
+    aes.run(config, str(tmp_path))
+  config.optimizer.schedule = "constant"
+  with pytest.raises(_Ran):
+    aes.run(config, str(tmp_path))
+
+
+def test_repeated_seeds_are_a_value_error_before_any_work(monkeypatch, tmp_path):
+  # A seed counted twice would shrink the paired SE of every criterion.
+  def ran(*args, **kwargs):
+    raise _Ran
+  monkeypatch.setattr(aes, "_run_task", ran)
+  config = aes_config.get_config("smoke")
+  config.seeds = (0, 0)
+  with pytest.raises(ValueError, match="config.seeds must be distinct"):
+    aes.run(config, str(tmp_path))
+
+
+def test_notebook_overrides_name_existing_config_keys():
+  # ConfigDicts are unlocked: an override of a key the config lacks (e.g. num_seeds for
+  # seeds) would be added and silently ignored by the run.
+  with open(NOTEBOOK) as f:
+    source = "\n".join("".join(c["source"]) for c in json.load(f)["cells"]
+                       if c["cell_type"] == "code")
+  paths = re.findall(r"^\s*config\.([\w.]+)\s*=", source, re.M)
+  assert paths
+  for preset in ("smoke", "quick"):
+    config = aes_config.get_config(preset)
+    for path in paths:
+      node = config
+      for part in path.split("."):
+        assert part in node, f"colabs/aes.ipynb sets config.{path}, which {preset} lacks"
+        node = node[part]

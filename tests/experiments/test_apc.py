@@ -74,3 +74,45 @@ def test_full_preset_model_has_the_spec_size():
   model = train_lm.make_model(config)
   shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
   assert 2e6 <= sum(x.size for x in jax.tree.leaves(shapes)) <= 4e6
+
+
+def test_position_error_rate_counts_wrong_positions_of_the_placing_completion():
+  # Truth "abc" (len 3); hard completion "abX" + one token past the truth.
+  hard = np.array([[97, 98, 88, 100]])
+  targets, target_lens = np.array([[97, 98, 99]]), np.array([3])
+  # Over the first 2 positions nothing is wrong; over 3, one of 3; over 4, two of 4.
+  assert apc.position_error_rate(hard, np.array([2]), targets, target_lens) == 0.0
+  assert apc.position_error_rate(hard, np.array([3]), targets, target_lens) == pytest.approx(1 / 3)
+  assert apc.position_error_rate(hard, np.array([4]), targets, target_lens) == pytest.approx(0.5)
+  assert apc.position_error_rate(hard, np.array([0]), targets, target_lens) is None
+
+
+def test_placeholder_precision_is_paired_with_its_own_models_chance_rate():
+  # The trained model's hard completion is wrong at 60% of its positions; the base model's at
+  # 20%. Placeholders with precision 0.5 are worse than chance for the trained model.
+  arms = {a: dict(cost=1.0, exact=0.5) for a in apc.ARMS}
+  arms["hc"]["position_error_rate"] = 0.2
+  arms["sft_rl"].update(precision=0.5, position_error_rate=0.6)
+  per_seed = [dict(arms=arms)] * 3
+  method, baseline = apc._measure(per_seed)["placeholder_precision"]
+  assert method == [0.5] * 3 and baseline == [0.6] * 3
+  # A seed cached without the rate leaves the criterion unmeasured, not crashed.
+  old = dict(arms=dict(arms, sft_rl=dict(cost=1.0, exact=0.5, precision=0.5)))
+  assert apc._measure([old])["placeholder_precision"][1] == [None]
+
+
+class _Pretrained(Exception):
+  pass
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("thresholds", (), "apc.thresholds"),
+    ("fano_vocab_size", 1, "apc.fano_vocab_size")])
+def test_bad_apc_settings_fail_before_the_base_lm_trains(monkeypatch, tmp_path, key, value, match):
+  def pretrained(*args, **kwargs):
+    raise _Pretrained
+  monkeypatch.setattr(train_lm, "pretrained", pretrained)
+  config = apc_config.get_config("smoke")
+  config.apc[key] = value
+  with pytest.raises(ValueError, match=match):
+    apc.run(config, str(tmp_path))

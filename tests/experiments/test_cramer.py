@@ -118,3 +118,42 @@ def test_criteria_fail_when_cramer_clearly_loses_and_are_inconclusive_in_noise()
   assert {r.name: r.verdict for r in results}["hr_over_frozen"] == "inconclusive"
   row, _ = judge_all(config.criteria, _measured(0.2, noise=0.005))
   assert row == "held"
+
+
+def test_empty_group_is_not_measured_rather_than_zero():
+  # Seed 0 has no 'want' or 'avoid' test row: its HR and share there are missing (NaN),
+  # not 0 (which the verdict would read as a measured HR or genre share).
+  rows = {"s_hr": np.array([[1.0, 1.0], [1.0, 0.0]]), "share": np.array([[0.5, 0.5], [0.4, 0.2]])}
+  g = cramer._group_means(rows, np.array([[0, 0], [1, 2]]))
+  assert np.isnan(g["want"]["s_hr"][0]) and np.isnan(g["avoid"]["share"][0])
+  assert g["want"]["s_hr"][1] == 1.0 and g["avoid"]["share"][1] == pytest.approx(0.2)
+  assert g["none"]["s_hr"][0] == 1.0 and np.isnan(g["none"]["s_hr"][1])
+  assert g["all"]["s_hr"] == [1.0, 0.5]
+
+
+def test_high_rho_criterion_needs_a_higher_rho_than_cramers():
+  config = cramer_config.get_config("smoke")
+  defs = {a: cramer.make_arm(a, config) for a in ("cramer", "cramer_rho0.25", "cramer_rho0.1")}
+  assert cramer.high_rho_arm(defs, 0.1) == "cramer_rho0.25"
+  # CRAMER itself at rho 0.25 or 0.3: the sweep holds no higher rho to compare with.
+  assert cramer.high_rho_arm(defs, 0.25) is None
+  assert cramer.high_rho_arm(defs, 0.3) is None
+  assert cramer.high_rho_arm({a: defs[a] for a in ("cramer", "cramer_rho0.1")}, 0.05) is None
+
+
+def test_measure_pairs_seeds_and_takes_the_best_fusion_arm_per_seed():
+  def cell(hr, share=0.3, neutral=0.3):
+    per = lambda v: {"per_seed": list(np.resize(v, 3))}  # noqa: E731
+    return {"request": {"s_hr": per(hr), "s_ndcg": per(hr)},
+            "want": {"share": per(share), "share_neutral": per(neutral)},
+            "avoid": {"share": per(share), "share_neutral": per(neutral)}}
+  table = {"frozen": cell(0.5), "concat": cell([0.2, 0.6, 0.2]),
+           "late_fusion": cell([0.6, 0.2, 0.2]), "cramer": cell(0.4, share=0.1)}
+  m = cramer._measure(table, list(table), None)
+  np.testing.assert_allclose(m["vs_best_fusion"][1], [0.6, 0.6, 0.2])
+  row, results = judge_all(cramer_config.get_config("quick").criteria, m)
+  v = {r.name: r.verdict for r in results}
+  # CRAMER below frozen, its 'want' share down and its 'avoid' share down (the right way).
+  assert (v["hr_over_frozen"], v["want_shift"], v["avoid_shift"]) == (
+      "did not hold", "did not hold", "held")
+  assert row == "did not hold" and v["high_rho_hurts"] == "not measured"

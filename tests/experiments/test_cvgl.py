@@ -91,7 +91,7 @@ def test_criteria_fail_when_the_method_clearly_loses_and_are_inconclusive_in_noi
   assert row == "held"
 
 
-def test_bad_config_is_a_clear_error(tmp_path):
+def test_bad_config_is_a_clear_error(tmp_path, monkeypatch):
   config = cvgl_config.get_config("smoke")
   config.train.batch_size = 18  # not a multiple of block^2 = 4
   with pytest.raises(ValueError, match="batch_size"):
@@ -100,3 +100,27 @@ def test_bad_config_is_a_clear_error(tmp_path):
   config.arms = "infonce,bogus"
   with pytest.raises(ValueError, match="bogus"):
     cvgl.run(config, str(tmp_path))
+  # A bad sweep factor fails before any arm trains (it used to fail in make_city, after
+  # the main arms had run, with an error that named no config key).
+  config = cvgl_config.get_config("smoke")
+  config.sweep.length_scale_factors = (2.0, 0.0)
+  monkeypatch.setattr(training, "make_train", lambda *a, **k: pytest.fail("built a trainer"))
+  with pytest.raises(ValueError, match="config.sweep.length_scale_factors"):
+    cvgl.run(config, str(tmp_path))
+
+
+def test_measure_compares_the_densest_with_the_sparsest_sweep_cell():
+  per = lambda v: {"per_seed": list(np.resize(v, 3))}  # noqa: E731
+  table = {a: {"cross_city": {"R@1": per(r)}, "same_area": {"R@1": per(r)},
+               "u_roughness_spearman": per(0.2)}
+           for a, r in (("infonce", 0.3), ("soft_u", 0.2))}
+  # Gain (soft_u - infonce): +0.1 at density 0.9, -0.1 at density 0.1, 0 in between.
+  sweep = {f: {"infonce": dict(density=[d] * 3, cross_city_r1=[0.3] * 3),
+               "soft_u": dict(density=[d] * 3, cross_city_r1=[0.3 + g] * 3)}
+           for f, d, g in ((0.5, 0.1, -0.1), (1.0, 0.5, 0.0), (2.0, 0.9, 0.1))}
+  m = cvgl._measure(table, ["infonce", "soft_u"], sweep)
+  np.testing.assert_allclose(m["gain_grows_with_density"][0], 0.1, atol=1e-12)
+  np.testing.assert_allclose(m["gain_grows_with_density"][1], -0.1, atol=1e-12)
+  row, results = judge_all(cvgl_config.get_config("quick").criteria, m)
+  assert {r.name: r.verdict for r in results}["cross_city_r1"] == "did not hold"
+  assert row == "did not hold"

@@ -119,6 +119,21 @@ def test_bad_backend_raises(tmp_path):
     ebplus.run(cfg, str(tmp_path))
 
 
+@pytest.mark.parametrize("section,key,value", [
+    ("sim", "table4_concurrency", ()),        # crashed in `measure`, after every simulation
+    ("sim", "table4_concurrency", (64,)),     # "low" and "high" judged at the same point
+    ("sweep", "bandwidths_tbs", (8.0,)),      # the bandwidth ratio is 1 by construction
+])
+def test_degenerate_sweeps_raise_before_simulating(section, key, value, tmp_path, monkeypatch):
+  def stop(*args, **kwargs):
+    raise AssertionError("simulated before validating the config")
+  monkeypatch.setattr(ebplus, "run_seed", stop)
+  cfg = ebplus_config.get_config("smoke")
+  cfg[section][key] = value
+  with pytest.raises(ValueError, match=f"{section}.{key}"):
+    ebplus.run(cfg, str(tmp_path))
+
+
 def test_ebplus_smoke(tmp_path):
   cfg = ebplus_config.get_config("smoke")
   assert cfg.experiment == "ebplus" and cfg.preset == "smoke" and len(cfg.seeds) == 2

@@ -139,3 +139,24 @@ def test_bench_eco_smoke():
   out = bench_eco.run_benchmark(bench_config.get_config("smoke"))
   assert out["ratios"]["eco_over_master_step_time"] > 0
   assert out["ratios"]["eco_over_master_static_bytes"] < 0.85
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("toy", "arms", ("master", "eco-sr")), ("toy", "tail_fraction", 3.0),
+    ("toy", "tail_fraction", 0.0), ("lm", "arms", ("master", "ecosr"))])
+def test_bad_arms_and_tail_fraction_name_the_key(tmp_path, section, key, value):
+  # Refused before any training, with the key named (not a KeyError from deep inside, nor a
+  # "tail mean" divided by more steps than were run).
+  cfg = eco_config.get_config("smoke")
+  cfg[section][key] = value
+  with pytest.raises(ValueError, match=f"{section}.{key}"):
+    eco.run(cfg, str(tmp_path))
+
+
+@pytest.mark.parametrize("field", ["seeds", "toy.seeds"])
+def test_repeated_seeds_are_refused_before_any_training(tmp_path, field):
+  # A seed (or toy problem) counted twice would shrink the paired SE of every criterion.
+  cfg = eco_config.get_config("smoke")
+  (cfg.toy if field == "toy.seeds" else cfg).seeds = (0, 0, 1)
+  with pytest.raises(ValueError, match=f"{field} must be .*distinct"):
+    eco.run(cfg, str(tmp_path))

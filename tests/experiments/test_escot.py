@@ -76,6 +76,27 @@ def test_criteria_fail_when_escot_clearly_loses_and_are_inconclusive_in_noise():
   assert row == "held"
 
 
+def test_measure_pairs_seeds_and_finds_the_teacher_tokenizer_student_by_spec():
+  rng = np.random.default_rng(0)
+  table = {s: {m: {"per_seed": rng.uniform(1.5, 3.0, 3).tolist()} for m in escot.METHODS}
+           for s in ("own", "char", "marker")}
+  seeds = lambda s, m: np.asarray(table[s][m]["per_seed"])
+  low_mean = lambda m: (seeds("char", m) + seeds("marker", m)) / 2
+  # The teacher-tokenizer student is found by its spec, not by the name "same" (a student
+  # named otherwise used to leave escot_gain_same_vocab silently unmeasured).
+  m = escot._measure(table, ["char", "marker"], list(escot.METHODS), same="own")
+  assert set(m) == {"escot_not_below_sft", "escot_beats_ctkd", "uld_below_sft",
+                    "mined_below_sft", "escot_gain_same_vocab"}
+  np.testing.assert_allclose(m["escot_gain_same_vocab"], (seeds("own", "escot"),
+                                                          seeds("own", "sft")))
+  np.testing.assert_allclose(m["escot_not_below_sft"], (low_mean("escot"), low_mean("sft")))
+  np.testing.assert_allclose(m["uld_below_sft"], (low_mean("uld"), low_mean("sft")))
+  # "the better of ULD and MinED", seed by seed.
+  np.testing.assert_allclose(m["escot_beats_ctkd"][1],
+                             np.minimum(low_mean("uld"), low_mean("mined")))
+  assert "escot_gain_same_vocab" not in escot._measure(table, ["char"], ["sft", "escot"], None)
+
+
 def test_escot_uses_optimizer_learning_rate(monkeypatch):
   seen = []
   real = escot.lm_lib.make_optimizer
@@ -109,6 +130,27 @@ def test_bad_config_raises(field, value, match, tmp_path):
   section, key = field.split(".")
   config[section][key] = value
   with pytest.raises(ValueError, match=match):
+    escot.run(config, str(tmp_path))
+
+
+@pytest.mark.parametrize("field,value", [
+    ("distill.temperature", 0.0),       # NaN teacher statistics
+    ("distill.temperature", -1.0),      # an inverted teacher distribution, silently
+    ("distill.entropy_on", "Char"),     # read as "token" by the teacher statistics
+    ("distill.weighting", "softmx"),    # failed only after the teacher's training
+    ("distill.lam", -0.5),
+    ("distill.top_k", 0),
+    ("data.val_chunks", 0),             # bits/byte divided by zero characters
+    ("data.student_chars", 10),         # no student chunk
+])
+def test_bad_value_raises_before_any_work(field, value, tmp_path, monkeypatch):
+  def stop(**kwargs):
+    raise _Stop
+  monkeypatch.setattr(escot.data, "load_corpus", stop)
+  config = load_config("escot", "smoke")
+  section, key = field.split(".")
+  config[section][key] = value
+  with pytest.raises(ValueError, match=field.replace(".", r"\.")):
     escot.run(config, str(tmp_path))
 
 

@@ -119,8 +119,25 @@ def test_ptq_pieces_on_a_tiny_model():
   assert w["mixfp4"]["sqnr_db"] >= w["nvfp4"]["sqnr_db"] > 15
 
 
+def test_w4a4_activation_tensor_scale_knob(tmp_path):
+  # lm.act_scale="token": a token's quantized input (hence its output) does not depend on the
+  # other rows of the batch; "tensor" (the default) shares one NVFP4 tensor scale across them.
+  x = jax.random.normal(jax.random.key(0), (2, 4, 32))
+  loud = x.at[1].multiply(1e5)  # row 1's amax drives row 0's block scales into E4M3 subnormals
+  for scale, same in (("token", True), ("tensor", False)):
+    apply = jax.jit(fp4.FakeQuantDense(8, "nvfp4", act_scale=scale).apply)
+    params = {"params": {"kernel": jax.random.normal(jax.random.key(1), (32, 8))}}
+    y0, y1 = apply(params, x)[0], apply(params, loud)[0]
+    assert bool(jnp.array_equal(y0, y1)) == same, scale
+  cfg = fp4_config.get_config("smoke")
+  assert cfg.lm.act_scale == "tensor"
+  cfg.lm.act_scale = "row"
+  with pytest.raises(ValueError, match="lm.act_scale"):
+    fp4.run(cfg, str(tmp_path))
+
+
 @pytest.mark.slow
-def test_fp4_smoke(tmp_path):
+def test_fp4_smoke(tmp_path, capsys):
   cfg = fp4_config.get_config("smoke")
   res = fp4.run(cfg, str(tmp_path))
   ptq = res["ptq"]
@@ -132,6 +149,20 @@ def test_fp4_smoke(tmp_path):
     if c["primary"]:
       assert (c["n"], c["n_missing"]) == (len(cfg.seeds), 0), c["name"]
   assert ptq["weights"]["mixfp4"]["sqnr_db"] >= ptq["weights"]["nvfp4"]["sqnr_db"]
+  # The notebook prints these results on its quick preset (PTQ on), a path its smoke run
+  # (synthetic only) never reaches: run its printing code on this run's results.
+  exec(_notebook_printing_code(), {"results": res})
+  assert "FP32 bits/byte" in capsys.readouterr().out
+
+
+def _notebook_printing_code() -> str:
+  """The code of colabs/fp4.ipynb that prints a run's `results` (after its run call)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with open(os.path.join(root, "colabs", "fp4.ipynb")) as f:
+    cells = ["".join(c["source"]) for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+  call = "results = fp4_experiment.run(config, tempfile.mkdtemp())\n"
+  (cell,) = [c for c in cells if call in c]
+  return cell.split(call, 1)[1]
 
 
 def test_bench_fp4_smoke():

@@ -1,6 +1,7 @@
 """The `kernelband` experiment: smoke run, per-method resume, tuning.json, failing criteria."""
 
 import numpy as np
+import pytest
 
 from configs import kernelband as kb_config
 from jaxlab.experiments import kernelband
@@ -47,3 +48,11 @@ def test_criteria_fail_when_kernelband_clearly_loses():
   assert row == "inconclusive"
   row, _ = judge_all(config.criteria, _measured(0.2, noise=0.005))
   assert row == "held"
+
+
+def test_repeated_seeds_are_a_value_error_before_any_work(tmp_path):
+  # Deterministic arms on a repeated seed give identical pairs: SE 0, any edge "held".
+  config = kb_config.get_config("smoke")
+  config.seeds = (0, 0, 1)
+  with pytest.raises(ValueError, match="config.seeds must be distinct"):
+    kernelband.run(config, str(tmp_path))

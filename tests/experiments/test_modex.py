@@ -177,3 +177,24 @@ def test_config_presets():
   assert len(get_config("quick").seeds) >= 3
   with pytest.raises(ValueError):
     get_config("tiny")
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("seeds", (0, 0), "config.seeds must be distinct"),
+    ("data.long_tail_rho", 0.0, "config.data.long_tail_rho"),
+    ("data.long_tail_rho", 2.0, "config.data.long_tail_rho"),
+    ("data.input_clip", -1.0, "config.data.input_clip"),
+    ("data.num_noise", 0, "config.data.num_noise"),
+])
+def test_bad_config_is_a_clear_error_before_training(tmp_path, monkeypatch, key, value, match):
+  # Before: a repeated seed trained identical "pairs" (paired SE 0, so any difference held);
+  # rho = 0 / 2 silently built a 1-example or a flat "long tail"; rho < 0 crashed in round().
+  config = get_config("smoke")
+  *path, leaf = key.split(".")
+  node = config
+  for p in path:
+    node = node[p]
+  node[leaf] = value
+  monkeypatch.setattr(modex, "train_classifier", lambda *a, **k: pytest.fail("trained"))
+  with pytest.raises(ValueError, match=match):
+    modex.run(config, str(tmp_path))

@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from configs import oea as oea_config
 from jaxlab import report
 from jaxlab.experiments import oea
@@ -80,3 +82,34 @@ def test_oea_smoke(tmp_path):
     assert table["vanilla"]["1"]["T"] == cfg.moe.k
   for p in res["report"]["plots"]:
     assert os.path.exists(os.path.join(tmp_path, p))
+
+
+def test_overriding_the_eval_margins_moves_the_judged_thresholds():
+  # `--config.eval.min_t_cut=0.5` must change what is judged, not only the report's text:
+  # a 35% cut held against the default 30% and does not hold against 50%.
+  cfg = oea_config.get_config("quick")
+  cut35 = [16.9, 17.2, 16.8]
+  measured = _measured(cut35, [2.190, 2.200, 2.185], [2.40, 2.41, 2.39])
+  assert {r.name: r.verdict for r in report.judge_all(cfg.criteria, measured)[1]}["t_cut"] == "held"
+  cfg.eval.min_t_cut = 0.5
+  cfg.eval.max_ce_increase = 0.001  # the +0.46% CE increase no longer fits the margin
+  by_name = {r.name: r for r in report.judge_all(cfg.criteria, measured)[1]}
+  assert by_name["t_cut"].verdict == by_name["ce_at_vanilla"].verdict == "did not hold"
+  assert by_name["t_cut"].threshold == pytest.approx(2.0)
+  # A threshold given directly still wins over the eval margin (the documented override).
+  cfg.criteria.t_cut.threshold = 1.25
+  crits = {c.name: c for c in report.criteria_from_config(cfg.criteria)}
+  assert crits["t_cut"].threshold == 1.25
+
+
+@pytest.mark.parametrize("key,value", [("min_t_cut", 1.2), ("min_t_cut", -0.1),
+                                       ("max_ce_increase", -0.01), ("criteria_k0", 3),
+                                       ("verdict_batch", 4), ("num_seqs", 12)])
+def test_bad_eval_values_are_refused_before_training(tmp_path, monkeypatch, key, value):
+  def no_training(*args, **kwargs):
+    raise AssertionError("the MoE LM trained before the config was validated")
+  monkeypatch.setattr(oea, "train_moe_lm", no_training)
+  cfg = oea_config.get_config("smoke")
+  cfg.eval[key] = value
+  with pytest.raises(ValueError, match=f"eval.{key}"):
+    oea.run(cfg, str(tmp_path))

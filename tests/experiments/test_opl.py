@@ -49,6 +49,21 @@ def test_arm_table_expands_families_over_k_and_lambda():
     opl.arm_table(config)
 
 
+def test_criteria_settings_outside_the_sweep_are_value_errors():
+  # small_k / criteria_lambda name the arms the criteria judge: outside the sweep every
+  # criterion would be "not measured" after the whole run.
+  config = opl_config.get_config("quick")
+  config.opl.small_k = 3
+  with pytest.raises(ValueError, match="opl.small_k"):
+    opl.arm_table(config)
+  config = opl_config.get_config("quick")
+  config.opl.criteria_lambda = 0.5
+  with pytest.raises(ValueError, match="opl.criteria_lambda"):
+    opl.arm_table(config)
+  config.opl.arms = "none,opl"  # no G-OPL arm: its lambda is not needed
+  assert len(opl.arm_table(config)) == 1 + 6
+
+
 class _Stop(Exception):
   pass
 

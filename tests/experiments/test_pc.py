@@ -93,6 +93,18 @@ def test_bad_config_names_raise(tmp_path):
     pc.run(config, str(tmp_path))
 
 
+def test_repeated_seed_raises_before_training(tmp_path, monkeypatch):
+  # A repeated seed repeats its (method, baseline) pair: the paired SE shrinks and a verdict
+  # can pass on one measurement counted twice (pc read config.seeds itself, unchecked).
+  def stop(name, config):
+    raise AssertionError("trained before validating config.seeds")
+  monkeypatch.setattr(pc, "run_dataset", stop)
+  config = pc_config.get_config("smoke")
+  config.seeds = (0, 1, 1)
+  with pytest.raises(ValueError, match="distinct"):
+    pc.run(config, str(tmp_path))
+
+
 def test_non_finite_training_raises_instead_of_reporting_nan(monkeypatch):
   def programs(model, *args, **kwargs):
     def train(x_train, keys):

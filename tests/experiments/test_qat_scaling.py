@@ -125,3 +125,26 @@ def test_qat_scaling_smoke(tmp_path):
   # A second run resumes from the cached cells without retraining.
   again = qat_scaling.run(cfg, str(tmp_path))
   assert again["rows"] == res["rows"]
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("train", "smooth_frac", 2.0), ("train", "smooth_frac", 0.0),
+    ("grid", "fc2_group_sizes", (8, 64))])
+def test_bad_values_are_refused_before_training(tmp_path, monkeypatch, section, key, value):
+  def no_training(*args, **kwargs):
+    raise AssertionError("the grid started before the config was validated")
+  monkeypatch.setattr(qat_scaling.data, "load_corpus", no_training)
+  cfg = qat_config.get_config("smoke")
+  cfg[section][key] = value
+  with pytest.raises(ValueError, match=f"{section}.{key}"):
+    qat_scaling.run(cfg, str(tmp_path))
+
+
+def test_repeated_seeds_are_refused_before_training(tmp_path, monkeypatch):
+  def no_training(*args, **kwargs):
+    raise AssertionError("the grid started before the seeds were validated")
+  monkeypatch.setattr(qat_scaling.data, "load_corpus", no_training)
+  cfg = qat_config.get_config("smoke")
+  cfg.seeds = (0, 0)
+  with pytest.raises(ValueError, match="config.seeds must be distinct"):
+    qat_scaling.run(cfg, str(tmp_path))

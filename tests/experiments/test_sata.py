@@ -122,3 +122,12 @@ def test_criteria_fail_when_sata_clearly_loses_and_are_inconclusive_in_noise():
   assert row == "inconclusive"
   row, _ = judge_all(config.criteria, _measured(0.3, noise=0.1))
   assert row == "held"
+
+
+def test_config_has_no_field_the_run_ignores():
+  # config.text.encoder_batch_size was declared but never read: an override of it changed
+  # nothing, silently. The field is gone, so such an override now fails loudly.
+  config = sata_config.get_config("quick")
+  assert "text" not in config
+  with pytest.raises(AttributeError):
+    config.text.encoder_batch_size = 8

@@ -1,5 +1,7 @@
 """The `spatial_deconfounder` experiment: smoke run + resume, learning rates, failing criteria."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -72,6 +74,36 @@ def test_bad_config_is_refused(tmp_path):
   config.heads = "linear,unet"
   with pytest.raises(ValueError, match="unknown heads"):
     sd.variant_names(config)
+
+
+def test_latent_map_is_the_centre_pixel_first_channel():
+  # The saved "substitute Z" map: with z_dim > 1 the old index (radius (2r+1) + r) read the
+  # first channel of the patch's top-centre pixel instead of the site's own.
+  radius, z_dim = 1, 4
+  model, _ = causal.make_cvae_trainer(causal.CVAEConfig(z_dim=z_dim, hidden=4), 1e-3)
+  a = jnp.asarray(np.arange(25).reshape(5, 5) % 3 == 0, jnp.float32)
+  x = jnp.sin(jnp.arange(75.0)).reshape(5, 5, 3)
+
+  rng = np.random.default_rng(0)
+  # The encoder's two 3x3 convolutions ([A, X] -> hidden -> 2 z_dim), random weights.
+  params = {"conv1": dict(kernel=rng.standard_normal((3, 3, 4, 4)), bias=rng.standard_normal(4)),
+            "conv2": dict(kernel=rng.standard_normal((3, 3, 4, 2 * z_dim)),
+                          bias=rng.standard_normal(2 * z_dim))}
+  params = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), params)
+
+  @jax.jit
+  def latents(a, x):
+    pad = lambda f: jnp.pad(f, [(1, 1), (1, 1)] + [(0, 0)] * (f.ndim - 2))
+    # Each site's own patch, cut by hand: [25, 3, 3, ...].
+    patches = lambda f: jnp.stack([pad(f)[i:i + 3, j:j + 3] for i in range(5) for j in range(5)])
+    mean, _ = model.apply({"params": params}, patches(a), patches(x),
+                          method=causal.SpatialCVAE.encode)
+    return causal.latent_means(model, params, a, x, radius), mean[:, radius, radius, 0]
+
+  z, want = latents(a, x)
+  want = np.asarray(want).reshape(5, 5)
+  np.testing.assert_allclose(np.asarray(sd.centre_latent(z, radius, z_dim)), want, rtol=1e-6)
+  assert not np.allclose(np.asarray(z[..., radius * (2 * radius + 1) + radius]), want)
 
 
 def _measured(cvae_minus_rest: float, noise: float, seeds: int = 10) -> dict:

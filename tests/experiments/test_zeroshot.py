@@ -1,6 +1,7 @@
 """The `zeroshot` experiment: smoke run, per-arm resume, and its criteria fed failing numbers."""
 
 import numpy as np
+import pytest
 
 from configs import zeroshot as zeroshot_config
 from jaxlab.experiments import zeroshot
@@ -22,11 +23,34 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   for arm in split_names(config.arms):
     cell = on_disk["table"]["synthetic"][arm]
     assert len(cell["within"]["per_seed"]) == len(config.seeds)
-    h = 2 * np.array(cell["s"]["per_seed"]) * np.array(cell["u"]["per_seed"])
-    assert np.all(np.array(cell["H"]["per_seed"]) <= np.array(cell["s"]["per_seed"]) + 1e-6
-                  ) or np.all(h >= 0)
+    _check_h(cell)
   again = zeroshot.run(config, str(tmp_path))
   assert again["table"] == read_results(str(tmp_path))["table"] == on_disk["table"]
+
+
+def _check_h(cell):
+  """H is the mean over sources of 2us/(u+s): in [0, 2us/(u+s) of the means] (concavity)."""
+  s, u, h = (np.array(cell[m]["per_seed"]) for m in ("s", "u", "H"))
+  bound = np.where(s + u > 0, 2 * s * u / np.maximum(s + u, 1e-12), 0.0)
+  assert np.all((h >= 0) & (h <= bound + 1e-6)), (s, u, h)
+
+
+def test_h_check_rejects_a_wrong_harmonic_mean():
+  # The previous assertion (`... or 2 s u >= 0`) accepted any H; this one fails on an H
+  # that is not a mean of per-source harmonic means of these s and u.
+  cell = {"s": {"per_seed": [0.8, 0.6]}, "u": {"per_seed": [0.2, 0.4]}}
+  _check_h(dict(cell, H={"per_seed": [0.3, 0.45]}))
+  with pytest.raises(AssertionError):
+    _check_h(dict(cell, H={"per_seed": [0.5, 0.45]}))  # above 2us/(u+s) = 0.32
+
+
+def test_train_batch_size_is_full_batch_only(tmp_path):
+  # The mapping trains full-batch; a batch size it would silently ignore is an error.
+  config = zeroshot_config.get_config("smoke")
+  assert config.train.batch_size is None
+  config.train.batch_size = 32
+  with pytest.raises(ValueError, match="config.train.batch_size"):
+    zeroshot.run(config, str(tmp_path))
 
 
 def _measured(full_vs_shared: float, noise: float, seeds: int = 3) -> dict:

@@ -35,3 +35,20 @@ def test_config_names_reads_a_name_list_and_rejects_empty_or_unknown():
     presets.config_names(config, "worlds")
   with pytest.raises(ValueError, match=r"config.arms must name some of \('a',\)"):
     presets.config_names(config, "arms", choices=("a",))
+
+
+def test_config_seeds_rejects_empty_or_repeated_seeds():
+  assert presets.config_seeds(ml_collections.ConfigDict(dict(seeds=(3, 1)))) == [3, 1]
+  with pytest.raises(ValueError, match="config.seeds must be non-empty"):
+    presets.config_seeds(ml_collections.ConfigDict(dict(seeds=())))
+  # One seed twice would count its pair twice and halve the paired SE's spread.
+  with pytest.raises(ValueError, match=r"config.seeds must be distinct, got \[0, 0, 1\]"):
+    presets.config_seeds(ml_collections.ConfigDict(dict(seeds=(0, 0, 1))))
+
+
+def test_every_registered_config_has_distinct_seeds():
+  for name in experiments.REGISTRY:
+    for preset in ("smoke", "quick", "full"):
+      config = load_config(name, preset)
+      if "seeds" in config:
+        presets.config_seeds(config)

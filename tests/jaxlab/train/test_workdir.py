@@ -123,3 +123,14 @@ def test_check_config_accepts_every_shipped_config():
   for name in config_names():
     for preset in ("smoke", "quick", "full"):
       wd.check_config(load_config(name, preset))
+
+
+def test_a_computed_field_that_cannot_be_evaluated_is_a_value_error():
+  # A lazy field such as threshold = 1 / (1 - min_t_cut) raised ZeroDivisionError (a
+  # traceback from the launcher) at min_t_cut = 1.
+  c = ml_collections.ConfigDict(dict(min_t_cut=0.3))
+  c.threshold = 1.0 / (1.0 - c.get_ref("min_t_cut"))
+  wd.check_config(c)
+  c.min_t_cut = 1.0
+  with pytest.raises(ValueError, match="cannot be evaluated .float division by zero."):
+    wd.check_config(c)
