@@ -31,6 +31,7 @@ import ml_collections
 import numpy as np
 
 from jaxlab import report, train
+from jaxlab.presets import config_seeds
 from jaxlab.serving import cost, simulator, solver
 from jaxlab.serving import schedulers as S
 from jaxlab.serving import workload as W
@@ -282,11 +283,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Runs every section per seed (one `ArmCache` arm per seed) and judges the declared criteria."""
   t_start = time.time()
   os.makedirs(workdir, exist_ok=True)
-  sim, seeds = config.sim, [int(s) for s in config.seeds]
+  sim, seeds = config.sim, config_seeds(config)
   if sim.backend not in BACKENDS:
     raise ValueError(f"sim.backend must be one of {BACKENDS}, got {sim.backend!r}")
-  if len(seeds) < 1 or len(set(seeds)) != len(seeds):
-    raise ValueError(f"config.seeds must be distinct seeds, got {seeds}")
   # Table 4's criteria compare the lowest with the highest concurrency and the bandwidth one
   # the lowest with the highest bandwidth: one value would judge a point against itself (after
   # the whole simulation, or as a crash in `measure` for an empty list).
