@@ -47,11 +47,10 @@ def get_config(arg=None):
   config.semireal = ml_collections.ConfigDict(dict(
       num_unseen=38, templates=TEMPLATES, encoder_batch_size=128))
   # The mapping: full-batch Adam on every (source, class) pair.
-  # batch_size stays None: the mapping trains full-batch on every (source, class) pair
-  # (5 x 48 synthetic, 5 x 150 semi-real); run() rejects any other value rather than
-  # ignore it.
+  # No batch_size: the mapping trains full-batch on every (source, class) pair (5 x 48
+  # synthetic, 5 x 150 semi-real), so an override of one is refused as an unknown key.
   config.train = ml_collections.ConfigDict(dict(
-      num_steps=400, batch_size=ml_collections.FieldReference(None, field_type=int),
+      num_steps=400,
       latent_dim=64, hidden_dim=128, kmeans_iters=30))
   config.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=1e-3, schedule="constant", warmup_steps=0))

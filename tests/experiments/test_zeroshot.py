@@ -47,7 +47,7 @@ def test_h_check_rejects_a_wrong_harmonic_mean():
 def test_train_batch_size_is_full_batch_only(tmp_path):
   # The mapping trains full-batch; a batch size it would silently ignore is an error.
   config = zeroshot_config.get_config("smoke")
-  assert config.train.batch_size is None
+  assert "batch_size" not in config.train
   config.train.batch_size = 32
   with pytest.raises(ValueError, match="config.train.batch_size"):
     zeroshot.run(config, str(tmp_path))

@@ -38,6 +38,8 @@ NO_TRAIN_SECTION = {
     "qat_scaling": "the step budget D is the swept axis `grid.steps`",
     "bench_eco": "times one step; its batch is `batch_size` x `seq_len`",
 }
+# train.batch_size absent: the run trains full-batch (name -> reason).
+FULL_BATCH = {"zeroshot": "the mapping trains full-batch on every (source, class) pair"}
 # No seed knob: the benchmark's result is a timing ratio on fixed inputs.
 NO_SEED = {"bench_decode", "bench_lm_train"}
 LR_NAMES = ("lr", "learning_rate", "actor_lr", "critic_lr", "alpha_lr", "base_lr", "peak_lr")
@@ -96,7 +98,10 @@ def test_config_speaks_the_vocabulary(name, preset):
     assert _get(config, "train.num_steps") is None, f"{name}: stale train.num_steps"
   else:
     assert isinstance(_get(config, "train.num_steps"), int), name
-    assert isinstance(_get(config, "train.batch_size"), int), name
+    if name in FULL_BATCH:
+      assert _get(config, "train.batch_size") is None, f"{name}: stale train.batch_size"
+    else:
+      assert isinstance(_get(config, "train.batch_size"), int), name
 
 
 def test_every_experiment_config_is_checked():
