@@ -89,18 +89,6 @@ def measure(summary: dict[str, dict[str, dict[str, Any]]],
 # ------------------------------------------------------------------------------- run
 
 
-def _check_data(d: ml_collections.ConfigDict) -> None:
-  """ValueError naming the `config.data` key whose value would silently distort a set."""
-  if not 0.0 < float(d.long_tail_rho) <= 1.0:
-    # rho = 0 leaves one example per tail class, rho > 1 is no long tail (both silently).
-    raise ValueError(f"config.data.long_tail_rho must lie in (0, 1], got {d.long_tail_rho}")
-  if not float(d.input_clip) > 0.0:
-    raise ValueError(f"config.data.input_clip must be > 0, got {d.input_clip}")
-  for key in ("num_noise", "num_ambiguous_train", "num_ambiguous_test"):
-    if int(d[key]) < 1:
-      raise ValueError(f"config.data.{key} must be >= 1, got {d[key]}")
-
-
 def _stack_padded(arrays: list[np.ndarray], n_pad: int) -> np.ndarray:
   out = np.zeros((len(arrays), n_pad) + arrays[0].shape[1:], np.float32)
   for i, a in enumerate(arrays):
@@ -128,7 +116,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if len(config.seeds) < 2:
     raise ValueError(f"seeds must name at least two seeds (paired SE), got {config.seeds}")
   seeds = config_seeds(config)  # distinct: a repeated seed would be an identical "pair"
-  _check_data(config.data)
   t0 = time.time()
   datasets = [build_datasets(config, s) for s in seeds]
   n_pad = max(len(d["train"][v][0]) for d in datasets for v in config.variants)

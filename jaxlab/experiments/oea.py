@@ -77,6 +77,25 @@ def _decode_eval(model, params, windows, *, batch):
 EVAL_SEED_STRIDE = 1000  # window seed of evaluation seed s: eval.seed + 1000 * s
 
 
+def check_eval(config: ml_collections.ConfigDict) -> None:
+  """ValueError naming the `eval` key that is out of range (called before any training)."""
+  e = config.eval
+  for bs in e.batch_sizes:
+    if e.num_seqs % bs:
+      raise ValueError(f"eval.num_seqs={e.num_seqs} must be divisible by every batch size, "
+                       f"got {bs}")
+  if int(e.criteria_k0) not in [int(x) for x in e.k0s]:
+    raise ValueError(f"eval.criteria_k0={e.criteria_k0} must be one of eval.k0s={tuple(e.k0s)}")
+  if int(e.verdict_batch) not in [int(x) for x in e.batch_sizes]:
+    raise ValueError(f"eval.verdict_batch={e.verdict_batch} must be one of eval.batch_sizes")
+  if not 0.0 <= float(e.min_t_cut) < 1.0:
+    raise ValueError(f"eval.min_t_cut must lie in [0, 1) (a fraction of vanilla's T), "
+                     f"got {e.min_t_cut}")
+  if not float(e.max_ce_increase) >= 0.0:
+    raise ValueError(f"eval.max_ce_increase must be >= 0 (a relative CE margin), "
+                     f"got {e.max_ce_increase}")
+
+
 def evaluate_routings(config: ml_collections.ConfigDict, params: Any, val: np.ndarray,
                       seeds: tuple[int, ...] = (0,)) -> list[dict]:
   """Per evaluation seed (in `seeds` order): {routing label: {B: {"ce", "T"}}}.
@@ -86,10 +105,6 @@ def evaluate_routings(config: ml_collections.ConfigDict, params: Any, val: np.nd
   see the same windows in the same decode batches.
   """
   e = config.eval
-  for b in e.batch_sizes:
-    if e.num_seqs % b:
-      raise ValueError(f"eval.num_seqs={e.num_seqs} must be divisible by every batch size, "
-                       f"got {b}")
   windows = [jnp.asarray(data.lm_batch(val, 0, batch_size=e.num_seqs, seq_len=e.seq_len,
                                        seed=e.seed + EVAL_SEED_STRIDE * int(s)))
              for s in seeds]
@@ -113,10 +128,6 @@ def measure(tables: list[dict], config: ml_collections.ConfigDict) -> dict[str, 
   """Per-seed (method, baseline) values of the criteria of `configs/oea.py`."""
   e = config.eval
   b, k0 = int(e.verdict_batch), int(e.criteria_k0)
-  if k0 not in [int(x) for x in e.k0s]:
-    raise ValueError(f"eval.criteria_k0={k0} must be one of eval.k0s={tuple(e.k0s)}")
-  if b not in [int(x) for x in e.batch_sizes]:
-    raise ValueError(f"eval.verdict_batch={b} must be one of eval.batch_sizes")
 
   def col(label, key):
     return [t[label][b][key] for t in tables]
@@ -124,25 +135,6 @@ def measure(tables: list[dict], config: ml_collections.ConfigDict) -> dict[str, 
   return {"t_cut": (col(oea, "T"), col("vanilla", "T")),
           "ce_at_vanilla": (col(oea, "ce"), col("vanilla", "ce")),
           "beats_pruned": (col(oea, "ce"), col(pruned, "ce"))}
-
-
-def check_eval(config: ml_collections.ConfigDict) -> None:
-  """ValueError naming the `eval` key that is out of range (called before any training)."""
-  e = config.eval
-  for bs in e.batch_sizes:
-    if e.num_seqs % bs:
-      raise ValueError(f"eval.num_seqs={e.num_seqs} must be divisible by every batch size, "
-                       f"got {bs}")
-  if int(e.criteria_k0) not in [int(x) for x in e.k0s]:
-    raise ValueError(f"eval.criteria_k0={e.criteria_k0} must be one of eval.k0s={tuple(e.k0s)}")
-  if int(e.verdict_batch) not in [int(x) for x in e.batch_sizes]:
-    raise ValueError(f"eval.verdict_batch={e.verdict_batch} must be one of eval.batch_sizes")
-  if not 0.0 <= float(e.min_t_cut) < 1.0:
-    raise ValueError(f"eval.min_t_cut must lie in [0, 1) (a fraction of vanilla's T), "
-                     f"got {e.min_t_cut}")
-  if not float(e.max_ce_increase) >= 0.0:
-    raise ValueError(f"eval.max_ce_increase must be >= 0 (a relative CE margin), "
-                     f"got {e.max_ce_increase}")
 
 
 def _mean_table(tables: list[dict]) -> dict:

@@ -25,6 +25,18 @@ def _digits(seed: int, test_fraction: float, classes: tuple[int, ...]):
   return load_digits(seed=seed, test_fraction=test_fraction, classes=classes)
 
 
+def check_data(d: ml_collections.ConfigDict) -> None:
+  """ValueError naming the `config.data` key whose value would silently distort a set."""
+  if not 0.0 < float(d.long_tail_rho) <= 1.0:
+    # rho = 0 leaves one example per tail class, rho > 1 is no long tail (both silently).
+    raise ValueError(f"config.data.long_tail_rho must lie in (0, 1], got {d.long_tail_rho}")
+  if not float(d.input_clip) > 0.0:
+    raise ValueError(f"config.data.input_clip must be > 0, got {d.input_clip}")
+  for key in ("num_noise", "num_ambiguous_train", "num_ambiguous_test"):
+    if int(d[key]) < 1:
+      raise ValueError(f"config.data.{key} must be >= 1, got {d[key]}")
+
+
 def build_datasets(config: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
   """The training variants and evaluation sets for one seed (numpy, float32).
 
@@ -32,8 +44,12 @@ def build_datasets(config: ml_collections.ConfigDict, seed: int) -> dict[str, An
     dict with `train`: {variant: (x [n, 64], y soft/one-hot [n, K])},
     `eval`: {"id": x, "near_ood": x, "noise": x, "permuted": x,
     "ambiguous": x}, `id_labels` [n_id] (0..K-1) and `num_classes`.
+
+  Raises:
+    ValueError: a `config.data` value that would silently distort a set (`check_data`).
   """
   dc = config.data
+  check_data(dc)
   classes = tuple(int(c) for c in dc.id_classes)
   k = len(classes)
   d = _digits(seed, dc.test_fraction, classes)
