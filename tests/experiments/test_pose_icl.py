@@ -1,5 +1,8 @@
 """The `pose_icl` experiment: smoke run + resume, criteria fed failing numbers, learning rate."""
 
+import glob
+import os
+
 import numpy as np
 import pytest
 
@@ -47,6 +50,14 @@ def test_smoke_run_writes_table_and_resumes(smoke):
   again = pose_icl.run(config, workdir)
   assert again["computed"] == []
   assert again["table"] == on_disk["table"]
+  # A run killed between two arm-cache writes: the missing arm is recomputed (with the others,
+  # in the same vmapped program) and the table is the uninterrupted run's, bit for bit.
+  arm_files = sorted(glob.glob(os.path.join(workdir, "arms", "*.json")))
+  assert len(arm_files) == len(arms)
+  os.remove(next(f for f in arm_files if os.path.basename(f).startswith("rope2d.")))
+  resumed = pose_icl.run(config, workdir)
+  assert resumed["computed"] == ["rope2d"]
+  assert resumed["table"] == on_disk["table"]
 
 
 def _measured(sape_vs_rest: float, noise: float) -> dict:
