@@ -155,3 +155,17 @@ def test_init_params_uses_kmeans_centroids_for_vt():
   true = np.array([[-1.5, -1.0], [1.5, -0.5], [0.0, 1.5]])
   dist = np.linalg.norm(c[:, None] - true[None], axis=-1)
   assert sorted(dist.argmin(1).tolist()) == [0, 1, 2] and dist.min(1).max() < 0.2
+
+
+def test_seed_vmapped_gradient_of_gaussian_leaves():
+  # Plain Gaussian leaves drop their one-component axis: with it, the gradient's batch sum
+  # over a [seeds, B, R, P, I, D, 1] tensor crashed the process (SIGSEGV) in jaxlib 0.10.2's
+  # YNN reduction, which the pc experiment's quick preset reached in training.
+  cfg = CircuitConfig(num_vars=2, num_replicas=4, leaf_units=8, sum_units=8, num_channels=8)
+  model = Circuit(cfg)
+  x = pc_testing.blobs(16)
+  params = jax.vmap(lambda k: model.init(k, x))(jax.random.split(jax.random.key(0), 3))
+  grads = jax.jit(jax.vmap(jax.grad(lambda p: jnp.mean(model.apply(p, x)))))(params)
+  leaves = jax.tree.leaves(grads)
+  assert leaves and all(np.all(np.isfinite(np.asarray(g))) for g in leaves)
+  assert np.any(np.asarray(grads["params"]["leaf_mean"]) != 0)
