@@ -36,6 +36,9 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
     # The certified bracket is ordered and contains the trivial bound log f (Z <= 1).
     lo, hi = np.array(row["vt_lower"]["per_seed"]), np.array(row["vt_upper"]["per_seed"])
     assert np.all(lo <= hi) and np.all(lo >= np.array(row["vt_log_f"]["per_seed"]) - 1e-5)
+    # At capacity_high_dim (fewer boxes than the table's capacity) the bracket is no tighter.
+    vt = on_disk["per_dataset"][d]["models"]["vt"]
+    assert np.all(np.asarray(vt["gap_at_capacity_high_dim"]) >= hi - lo - 1e-5)
   assert len(report["plots"]) == 3
   # A second run loads every data set from the arm cache and reports the same table.
   again = pc.run(config, str(tmp_path))
@@ -69,7 +72,8 @@ def _per_ds(vt_minus_base: float, hfv_minus_base: float, high_gap: float, seeds:
     out[d] = dict(num_vars=dim, models=dict(
         base=dict(ll=base.tolist()),
         hfv=dict(ll=(base + hfv_minus_base + noise * rng.standard_normal(seeds)).tolist()),
-        vt=dict(ll_lower=lower.tolist(), ll_upper=(lower + gap).tolist())))
+        vt=dict(ll_lower=lower.tolist(), ll_upper=(lower + gap).tolist(),
+                gap_at_capacity_high_dim=gap.tolist())))
   return out
 
 
@@ -80,6 +84,35 @@ def test_criteria_fail_on_failing_numbers_and_hold_on_good_ones():
   assert all(r.verdict == "did not hold" for r in results), [(r.name, r.verdict) for r in results]
   row, results = judge_all(config.criteria, pc._measure(_per_ds(0.5, 0.0, 20.0)))
   assert row == "held", [(r.name, r.verdict, r.effect) for r in results]
+
+
+def test_bound_gaps_compare_at_one_box_budget(monkeypatch):
+  # bound_gap_widens_with_dim compares 2-D toys' brackets with D >= 10 sets': with more boxes
+  # per cell in 2-D (`capacity`) than above `low_dim_max` (`capacity_high_dim`), the contrast
+  # would grow with the budget alone. 2-D sets also get their bounds at capacity_high_dim.
+  seen = {}
+
+  def spy(model, num_steps, batch_size, alpha, frozen, bound_cfg, *args):
+    seen[model.circuit.num_vars] = bound_cfg[2]
+    raise _Stop
+
+  monkeypatch.setattr(pc, "_programs", spy)
+  config = pc_config.get_config("smoke")
+  config.models = "vt"
+  config.vt.update(capacity=16, capacity_high_dim=4)
+  for name in ("moons", "wine"):
+    with pytest.raises(_Stop):
+      pc.run_dataset(name, config)
+  assert seen == {2: (16, 4), 13: (4,)}
+  # The criterion reads that gap, not the table's bracket (here 1.0 on every set).
+  per_ds = _per_ds(0.0, 0.0, high_gap=1.0)
+  per_ds["moons"]["models"]["vt"]["gap_at_capacity_high_dim"] = [1.5, 1.5, 1.5]
+  per_ds["pinwheel"]["models"]["vt"]["gap_at_capacity_high_dim"] = [2.5, 2.5, 2.5]
+  high, low = pc._measure(per_ds)["bound_gap_widens_with_dim"]
+  np.testing.assert_allclose(low, 2.0)
+  # A data set cached before the gap was recorded: not measured (never the table's gap).
+  del per_ds["wine"]["models"]["vt"]["gap_at_capacity_high_dim"]
+  assert "bound_gap_widens_with_dim" not in pc._measure(per_ds)
 
 
 def test_bad_config_names_raise(tmp_path):
