@@ -218,13 +218,14 @@ class Circuit(nn.Module):
     lp = self.leaf_parameters()
     if query == "raw_normalizer":
       return self._leaf_log_normalizer(lp)[None]
-    if self.config.leaf_gate == "none" and lp["mean"].shape[-1] == 1:
-      # Plain Gaussian leaves: the mixture is its one component, so the component axis is
-      # dropped (the same values as a logsumexp over it). Besides, jaxlib 0.10.2's YNN
-      # reduction crashes the process (SIGSEGV) on the gradient's batch sum of the rank-7
-      # [seeds, B, R, P, I, D, 1] tensor that vmapped training over seeds forms with it.
-      return self._gaussian_leaf_factors({k: v[..., 0] for k, v in lp.items()}, a, b, query)
-    shape = (a.shape[0], 1, 1, 1, a.shape[1], 1)
+    # Plain Gaussian leaves: the mixture is its one component, so the component axis is
+    # dropped (the same values as a logsumexp over it). Besides, jaxlib 0.10.2's YNN
+    # reduction crashes the process (SIGSEGV) on the gradient's batch sum of the rank-7
+    # [seeds, B, R, P, I, D, 1] tensor that vmapped training over seeds forms with it.
+    single = self.config.leaf_gate == "none" and lp["mean"].shape[-1] == 1
+    if single:
+      lp = {k: v[..., 0] for k, v in lp.items()}
+    shape = (a.shape[0], 1, 1, 1, a.shape[1]) + (() if single else (1,))
     if query == "box":
       lo = jnp.maximum(jnp.reshape(a, shape), lp["lo"])
       hi = jnp.minimum(jnp.reshape(b, shape), lp["hi"])
@@ -240,24 +241,12 @@ class Circuit(nn.Module):
       else:
         inside = jnp.ones(lp["mean"].shape, bool)
       comp = jnp.where(inside, gaussian.normal_logpdf(x, lp["mean"], lp["scale"]), -jnp.inf)
+    if single:
+      return lp["log_w"] + comp
     out = logsumexp(lp["log_w"] + comp, axis=-1)
     if query in ("density", "box") and self.config.leaf_gate == "voronoi":
       out = out - self._leaf_log_normalizer(lp)
     return out
-
-  @staticmethod
-  def _gaussian_leaf_factors(lp: dict[str, Array], a: Array, b: Array | None, query: str
-                             ) -> Array:
-    """`_leaf_factors` of ungated one-component leaves, parameters [R, P, I, D] (the
-    component's log weight is 0 up to rounding, and added as in the mixture)."""
-    shape = (a.shape[0], 1, 1, 1, a.shape[1])
-    if query == "box":
-      lo = jnp.maximum(jnp.reshape(a, shape), lp["lo"])
-      hi = jnp.minimum(jnp.reshape(b, shape), lp["hi"])
-      comp = gaussian.normal_log_interval_mass(lp["mean"], lp["scale"], lo, hi)
-    else:
-      comp = gaussian.normal_logpdf(jnp.reshape(a, shape), lp["mean"], lp["scale"])
-    return lp["log_w"] + comp
 
   def _propagate(self, factors: Array) -> Array:
     """Leaf log factors [B, R, P, I, D] -> root channel log values [B, C]."""
