@@ -8,7 +8,8 @@ logits (straight-through), τ annealed 0.7 -> 0.3. The regulariser is (1/d) KL(Q
 Q = Π Bernoulli(σ(z_i)), p = Π Bernoulli(k / d).
 
 `k` may be a traced integer, so one compiled program serves every drop ratio ρ: the mask
-keeps the k best ranks (a double argsort), which keeps exactly k even with ties.
+keeps the k best ranks of a stable descending sort, exactly k even with ties (computed by
+a radix select of the k-th largest logit, without sorting).
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -82,8 +83,35 @@ def top_k_mask(logits: Float[Array, "b d"], k: ArrayLike,
     noise = jnp.where(jnp.asarray(shared_noise), jnp.broadcast_to(each[:1], z.shape), each)
     z = z + noise
   z = jnp.where(jnp.isnan(z), -jnp.inf, z)  # a NaN logit is never kept (rank is defined)
-  ranks = jnp.argsort(jnp.argsort(-z, axis=-1, stable=True), axis=-1, stable=True)
-  return (ranks < k).astype(jnp.float32)
+  return _first_k_ranks(_order_keys(z), jnp.asarray(k, jnp.int32)).astype(jnp.float32)
+
+
+def _order_keys(z: Array) -> Array:
+  """uint32 keys ordered as the NaN-free float32 `z` (-0 and +0 equal, as `jnp.sort` has them)."""
+  b = jax.lax.bitcast_convert_type(jnp.where(z == 0, 0.0, z), jnp.int32)
+  # Non-negative floats order as their bits, negative ones reversed: flip accordingly and
+  # move the sign bit, so unsigned comparison follows the floats.
+  return jax.lax.bitcast_convert_type(jnp.where(b >= 0, b | jnp.int32(-2**31), ~b), jnp.uint32)
+
+
+def _first_k_ranks(u: Array, k: Array) -> Array:
+  """True on the k first places of a stable descending sort of each row of keys `u`.
+
+  The mask `ranks < k` of a stable descending argsort, without sorting (XLA:CPU sorts
+  slowly: a double argsort took about half of a CRAMER training step). t, the k-th
+  largest key, is found bit by bit from the top (t gets a bit if at least k
+  keys are >= t with it); then every key above t is kept, and the ties at t in index
+  order until k are. k <= 0 keeps none, k >= d all, like the ranks.
+  """
+  def next_bit(i, t):
+    cand = t | (jnp.uint32(1 << 31) >> i.astype(jnp.uint32))
+    return jnp.where(jnp.sum(u >= cand, axis=-1, keepdims=True, dtype=jnp.int32) >= k, cand, t)
+
+  t = jax.lax.fori_loop(0, 32, next_bit, jnp.zeros((*u.shape[:-1], 1), jnp.uint32),
+                        unroll=True)
+  above, tie = u > t, u == t
+  tie_rank = jnp.cumsum(tie, axis=-1, dtype=jnp.int32) - 1
+  return above | (tie & (tie_rank < k - jnp.sum(above, axis=-1, keepdims=True, dtype=jnp.int32)))
 
 
 def straight_through(hard: Float[Array, "b d"], logits: Float[Array, "b d"],

@@ -33,6 +33,27 @@ def test_gumbel_top_k_keeps_exactly_k(k):
   np.testing.assert_array_equal(m, (z[1:] >= kth).astype(np.float32))
 
 
+def test_top_k_mask_is_the_rank_mask_of_a_stable_descending_sort():
+  # The definition the radix select must reproduce bit for bit: ranks of a stable argsort of
+  # -z (NaN as -inf, -0 and +0 tied), kept where rank < k; k <= 0 keeps none, k >= d all.
+  # Rows: ties in every position, signed zeros, infinities, NaN, all equal, random.
+  d = 12
+  rows = np.stack([
+      np.array([1, 0.5, 1, -0.0, 0.0, 0.5, -0.0, 1, 0.0, -2, 0.5, 0.0], np.float32),
+      np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, np.nan, 3, -np.inf, np.inf, 3, -3, 0],
+               np.float32),
+      np.full(d, -1.5, np.float32),
+      np.asarray(jax.random.normal(jax.random.key(4), (d,))),
+      np.round(np.asarray(jax.random.normal(jax.random.key(5), (d,))) * 2) / 2,
+  ])
+  zn = np.where(np.isnan(rows), -np.inf, rows)
+  ranks = np.argsort(np.argsort(-zn, axis=-1, kind="stable"), axis=-1, kind="stable")
+  masks = jax.jit(jax.vmap(gates.top_k_mask, in_axes=(None, 0)))(
+      jnp.asarray(rows), jnp.arange(-1, d + 2, dtype=jnp.int32))
+  for k, m in zip(range(-1, d + 2), np.asarray(masks), strict=True):
+    np.testing.assert_array_equal(m, (ranks < k).astype(np.float32), err_msg=f"k={k}")
+
+
 @pytest.mark.parametrize("k", [0, -1, 5, 9, jnp.int32(0)])
 def test_top_k_mask_rejects_concrete_k_outside_one_to_d(k):
   with pytest.raises(ValueError, match=r"k must be an integer scalar in \[1, 4\]"):
