@@ -10,6 +10,13 @@ import os
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One OpenBLAS thread, as the launch scripts set it (see launch/__init__.py): the variable
+# reaches SciPy's OpenBLAS (jaxlib's CPU LAPACK) and the pytest-xdist workers; NumPy's,
+# loaded by the pytest plugins before this file, is limited through threadpoolctl.
+if "OPENBLAS_NUM_THREADS" not in os.environ:
+  os.environ["OPENBLAS_NUM_THREADS"] = "1"
+  from threadpoolctl import threadpool_limits
+  threadpool_limits(1, user_api="blas")
 
 from jaxtyping import install_import_hook  # noqa: E402
 
