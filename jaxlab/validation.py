@@ -41,19 +41,22 @@ def check_rank_and_classes(name: str, x, *, min_classes: int = 2) -> int:
 
 
 def check_same_shape(names: tuple[str, ...], *xs) -> None:
+  """Raises ValueError unless the arrays `xs` (named `names`) share one shape."""
   shapes = [tuple(np.shape(x)) for x in xs]
   if len(set(shapes)) != 1:
     desc = ", ".join(f"{n}{s}" for n, s in zip(names, shapes, strict=True))
-    raise ValueError(f"{' , '.join(names)} must have the same shape [..., num_classes]; got {desc}")
+    raise ValueError(f"{', '.join(names)} must have the same shape; got {desc}")
 
 
 def check_finite(name: str, x) -> None:
+  """Raises ValueError if concrete `x` holds NaN or Inf (traced values are not checked)."""
   v = concrete(x)
   if v is not None and not np.all(np.isfinite(v)):
     raise ValueError(f"{name} must be finite; got {np.size(v) - np.isfinite(v).sum()} non-finite values")
 
 
 def check_positive(name: str, x, *, strict: bool = True) -> None:
+  """Raises ValueError unless concrete `x` is finite and > 0 (>= 0 with `strict=False`)."""
   v = concrete(x)
   if v is None:
     return

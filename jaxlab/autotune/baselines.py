@@ -23,11 +23,15 @@ def _fastest(frontier) -> int:
 
 
 class BestOfN(Policy):
+  """Parent and strategy uniform at random (the paper's BoN)."""
+
   def choose(self, frontier, step):
     return int(self.rng.integers(len(frontier))), int(self.rng.integers(_S)), 0
 
 
 class Greedy(Policy):
+  """The fastest parent, a uniformly random strategy."""
+
   def choose(self, frontier, step):
     return _fastest(frontier), int(self.rng.integers(_S)), 0
 
@@ -58,6 +62,8 @@ class EpsilonGreedy(Policy):
 
 
 class HeuristicStrategy(Policy):
+  """The fastest parent, a strategy targeting its resource with the most headroom."""
+
   def choose(self, frontier, step):
     p = _fastest(frontier)
     headroom = -np.asarray(frontier[p].h, float)

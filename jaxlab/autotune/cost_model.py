@@ -73,6 +73,7 @@ _REGS_PER_SM = 65536
 
 
 def get_device(name: str) -> DeviceSpec:
+  """The simulated device `name` (a key of `DEVICES`); ValueError for an unknown name."""
   if name not in DEVICES:
     raise ValueError(f"Unknown device {name!r}; expected one of {sorted(DEVICES)}")
   return DEVICES[name]

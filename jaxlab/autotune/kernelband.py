@@ -120,6 +120,8 @@ def hardware_mask(h_rep: Float[np.ndarray, "k 3"], nonempty: Bool[np.ndarray, "k
 
 @dataclasses.dataclass
 class Entry:
+  """A measured config in the tuner's archive: its time (s), utilisation h [3] (%) and
+  features phi [5] (`cost_model.analyze`'s)."""
   config: KernelConfig
   time: float
   h: np.ndarray

@@ -145,6 +145,7 @@ def config_grid(task: Task, device_kind: str) -> dict[str, np.ndarray]:
 
 
 def grid_config(grid: dict[str, np.ndarray], i: int) -> KernelConfig:
+  """Row `i` of a config grid (field -> array of values) as a `KernelConfig`."""
   return KernelConfig(**{f: (str(v[i]) if f == "grid_order" else int(v[i]))
                          for f, v in grid.items()})
 

@@ -248,6 +248,7 @@ class TrainConfig:
 
 
 def make_model(cfg: TaskConfig, model_kwargs: dict[str, Any]) -> DiT:
+  """The task's DiT: patches of `cfg.patch_dim`, 3 RoPE axes, the rest from `model_kwargs`."""
   return DiT(DiTConfig(patch_dim=cfg.patch_dim, num_axes=3, **model_kwargs))
 
 

@@ -194,6 +194,7 @@ def measure(runs: dict, judged: str, criteria_names) -> dict:
 
 
 def run(config, workdir: str) -> dict:
+  """Runs every (task, drift mode) arm of `config` in `workdir`; returns the report dict."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.time()
   tasks = split_names(config.tasks)

@@ -44,6 +44,7 @@ ARMS = ("hc", "apc_fano", "apc_pmax", "apc_tuned", "sft", "sft_hc", "sft_rl", "s
 
 
 def cost_model(config) -> codecomp.CostModel:
+  """The cost model of `config.apc.costs`."""
   return codecomp.CostModel(**config.apc.costs.to_dict())
 
 

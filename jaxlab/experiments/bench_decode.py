@@ -27,6 +27,7 @@ def _generate_by_recompute(model, params, prompt, *, num_tokens):
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  """The timings and ratios of this benchmark (see the module docstring), as a dict."""
   model = Transformer(TransformerConfig(**config.model.to_dict()))
   prompt = jax.random.randint(jax.random.key(0), (config.batch_size, config.prompt_len), 0, 256)
   params = model.init(jax.random.key(1), prompt)["params"]

@@ -122,6 +122,7 @@ _MIX_LUT = formats.MIX_LUT
 
 
 def numpy_dequantize(q: dict[str, np.ndarray], name: str, shape: tuple[int, int]) -> np.ndarray:
+  """`numpy_quantize`'s output back to float32 [rows, cols], in NumPy."""
   r, k = shape
   if name in ("nvfp4", "mixfp4"):
     nib = _unpack(q["codes"]).astype(np.int32)
@@ -145,6 +146,7 @@ def numpy_dequantize(q: dict[str, np.ndarray], name: str, shape: tuple[int, int]
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  """The timings and ratios of this benchmark (see the module docstring), as a dict."""
   rows, cols = config.rows, config.cols
   x = jax.random.normal(jax.random.key(config.seed), (rows, cols), jnp.float32)
   xn = np.asarray(x)

@@ -42,6 +42,7 @@ def _max_abs_diff(a, b) -> float:
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  """The timings and ratios of this benchmark (see the module docstring), as a dict."""
   keys = jax.random.split(jax.random.key(config.seed), 6)
   m, k, n = config.m, config.k, config.n
   x = jax.random.normal(keys[0], (m, k), jnp.float32)

@@ -30,6 +30,7 @@ def active_expert_moe(x: Float[Array, "b d"], weights: Float[Array, "b n"],
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  """The timings and ratios of this benchmark (see the module docstring), as a dict."""
   n, d, f, b, k = config.num_experts, config.d_model, config.d_ff, config.batch_size, config.k
   keys = jax.random.split(jax.random.key(config.seed), 5)
   scale = d ** -0.5

@@ -51,6 +51,7 @@ def _sentence_transformers():
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  """The timings and ratios of this benchmark (see the module docstring), as a dict."""
   sentences = synthetic_sentences(config.num_sentences, config.seed)
   encoder = text.load_minilm(config.model_path or None)
   bs = config.batch_size

@@ -13,6 +13,7 @@ from jaxlab.rl import knowledge_task as kt
 
 
 def run_benchmark(config: ml_collections.ConfigDict) -> dict:
+  """The timings and ratios of this benchmark (see the module docstring), as a dict."""
   task_cfg = kt.TaskConfig(num_values=config.task.num_values,
                            num_answers=config.task.num_answers)
   model = kt.make_policy(kt.PolicyConfig(**config.model.to_dict()), task_cfg)

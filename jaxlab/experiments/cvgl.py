@@ -45,6 +45,7 @@ def _train_config(config) -> training.TrainConfig:
 
 
 def make_arm(name: str, config) -> training.ArmParams:
+  """Arm `name` with the loss settings of `config.cvgl`."""
   c = config.cvgl
   return training.make_arm(name, label_smoothing=c.label_smoothing, eps_fixed=c.eps_fixed,
                            eps_max=c.eps_max, der_weight=c.der_weight)

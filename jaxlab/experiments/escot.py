@@ -107,6 +107,8 @@ class Tokens:
 
 
 def encode_chunks(tok, chunks: list[str], multiple: int = 8) -> Tokens:
+  """Next-token rows of `chunks` under `tok`: inputs start with the BOS id (= vocab), rows are
+  padded to a multiple of `multiple` (mask 0 there)."""
   encs = tokenize.encode_batch(tok, chunks)
   vocab = tok.get_vocab_size()
   width = -(-max(len(ids) for ids, _ in encs) // multiple) * multiple

@@ -72,11 +72,13 @@ def arm_table(config) -> dict[str, tuple[int, int, float]]:
 
 
 def world_config(config) -> world.WorldConfig:
+  """The simulated world of `config.world`."""
   return world.WorldConfig(**{**config.world.to_dict(),
                               "anomaly_len": tuple(config.world.anomaly_len)})
 
 
 def train_config(config) -> training.TrainConfig:
+  """The training settings; the learning rate is `config.optimizer`'s (schedule included)."""
   t, o = config.train, config.opl
   lr = jaxlab.train.make_schedule(config.optimizer, t.num_steps)
   return training.TrainConfig(

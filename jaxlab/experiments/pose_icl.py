@@ -31,6 +31,7 @@ METHOD, BASELINE, PLUCKER, NOREF = "sape", "rope2d", "plucker", "sape_noref"
 
 
 def task_config(config) -> task.TaskConfig:
+  """The task of `config.task`."""
   return task.TaskConfig(**config.task.to_dict())
 
 

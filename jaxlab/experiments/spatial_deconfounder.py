@@ -48,12 +48,14 @@ def settings(config) -> list[tuple[str, dict]]:
 
 
 def grid_config(config, overrides: dict) -> causal.GridConfig:
+  """The grid world of `config.grid` with one setting's `overrides` (`settings`)."""
   g = config.grid.to_dict()
   g["beta"] = tuple(g["beta"])
   return causal.GridConfig(**g, **overrides)
 
 
 def cvae_config(config, z_dim: int) -> causal.CVAEConfig:
+  """The CVAE of `config.cvae` and `config.train` with latent size `z_dim`."""
   c, t = config.cvae, config.train
   return causal.CVAEConfig(
       z_dim=int(z_dim), hidden=c.hidden, radius=config.grid.radius, prior_tau=c.prior_tau,
@@ -68,6 +70,7 @@ def baseline_names(config) -> list[str]:
 
 
 def variant_names(config) -> list[str]:
+  """`cvae_z{z}_{head}` for every z in `config.cvae.z_dims` and head in `config.heads`."""
   heads = split_names(config.heads)
   bad = sorted(set(heads) - set(HEADS))
   if bad:
@@ -83,6 +86,7 @@ def make_cvae_trainer(config, z_dim: int):
 
 
 def make_mlp_head(config):
+  """The MLP head's `fit(key, data, extra)` with the settings of `config.mlp_head`."""
   m = config.mlp_head
   lr = float(config.optimizer.mlp_head.learning_rate)
   return causal.make_mlp_head(hidden=m.hidden, depth=m.depth, num_steps=m.num_steps,

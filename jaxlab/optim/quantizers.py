@@ -201,6 +201,7 @@ def _grid_codes(x: Array, step: float, key: Array | None) -> Array:
 
 
 def is_qparam(x: Any) -> bool:
+  """True for a `QParam` leaf (the `is_leaf` of tree maps over quantized params)."""
   return isinstance(x, QParam)
 
 

@@ -105,6 +105,8 @@ class Episodes(NamedTuple):
 
 
 class World(NamedTuple):
+  """A generated recommendation world: item catalogue, train/test episodes and the
+  held-out neutral request."""
   item_genres: np.ndarray  # float32 [num_items + 1, num_genres], row 0 = padding
   item_texts: tuple        # str [num_items + 1] ("" for padding)
   train: Episodes

@@ -62,6 +62,7 @@ class PendulumParams:
 
 @struct.dataclass
 class PendulumState:
+  """Angle (rad), angular velocity, last torque and step count."""
   theta: Array
   theta_dot: Array
   last_u: Array
@@ -137,6 +138,7 @@ class CartPoleParams:
 
 @struct.dataclass
 class CartPoleState:
+  """Cart position and velocity, pole angle and angular velocity, step count."""
   x: Array
   x_dot: Array
   theta: Array
@@ -209,6 +211,7 @@ class MultiGoalParams:
 
 @struct.dataclass
 class MultiGoalState:
+  """Point position [2] and step count."""
   pos: Array
   time: Array
 

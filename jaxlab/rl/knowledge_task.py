@@ -375,6 +375,7 @@ def arm_advantages(outcomes: Int[Array, "b g"], arm: Arm, accuracy_ema: Float[Ar
 
 
 class RLState(NamedTuple):
+  """Policy params, optimizer state, the EMA of the batch accuracy (a scalar) and the PRNG key."""
   params: Any
   opt_state: Any
   accuracy_ema: Array

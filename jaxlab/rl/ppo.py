@@ -162,6 +162,7 @@ class ActorCritic(nn.Module):
 
 
 class PPOState(NamedTuple):
+  """Everything that changes during training."""
   params: Array  # flat parameter vector
   opt: Any
   sched: aes_lib.AESState
@@ -172,6 +173,7 @@ class PPOState(NamedTuple):
 
 
 class TrainOutput(NamedTuple):
+  """The final state and the metrics at each evaluation."""
   state: PPOState
   metrics: dict[str, Array]  # each [num_evals]
 

@@ -175,6 +175,7 @@ def sample_action(mean: Array, log_std: Array, key: Array
 
 
 class Buffer(NamedTuple):
+  """The replay buffer: transitions in a fixed-size ring, one row per slot."""
   obs: Array
   action: Array
   reward: Array
@@ -210,6 +211,7 @@ def _initial_lams(sched: aes_plumbing.AESWeights) -> dict[str, Array]:
 
 
 class TrainOutput(NamedTuple):
+  """The final state and the metrics at each evaluation."""
   state: SACState
   metrics: dict[str, Array]  # each [num_evals]
 

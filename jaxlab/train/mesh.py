@@ -86,6 +86,7 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
+  """The sharding that keeps a whole copy of an array on every device of `mesh`."""
   return NamedSharding(mesh, P())
 
 

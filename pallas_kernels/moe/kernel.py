@@ -21,6 +21,8 @@ from jax.experimental import pallas as pl
 
 def gmm_kernel(offsets_ref, group_ids_ref, m_tile_ids_ref, num_work_ref,  # scalar prefetch
                lhs_ref, rhs_ref, out_ref, acc_ref, *, tm: int, num_k: int):
+  """TPU / interpret body: work item w, K step kk; accumulates lhs @ rhs[group] in `acc_ref`
+  and writes the group's rows of the m-tile at the last K step (module docstring)."""
   w, kk = pl.program_id(1), pl.program_id(2)
   valid = w < num_work_ref[0]
 
@@ -46,6 +48,8 @@ def gmm_kernel(offsets_ref, group_ids_ref, m_tile_ids_ref, num_work_ref,  # scal
 
 def gmm_gpu_kernel(meta_ref, lhs_ref, rhs_ref, out_ref, *, tm: int, tk: int, tn: int,
                    num_k: int, num_groups: int):
+  """Triton body: one work item and one n-tile per program, K looped inside; writes the
+  item's output tile with other groups' rows masked to 0 (module docstring)."""
   # meta = [offsets (g + 1), group_ids (W), m_tile_ids (W), num_work (1)].
   w, j = pl.program_id(0), pl.program_id(1)
   g = meta_ref[num_groups + 1 + w]
