@@ -7,10 +7,12 @@ For each model below, jaxlab's `Transformer` + `train.make_train_step`
 `cpu_devices` CPU devices (what `--cpu_devices=2` gives a training run), and the
 same model and step written in PyTorch eager
 (`torch.set_num_threads(config.torch_threads)`) are timed interleaved in one
-process, median of `repeats`. Reports tokens/s of each and the ratios
-jaxlab / torch (goal >= 1.0 on 2 CPU cores, issue 18). Without torch the
-comparison is skipped with a message and only jaxlab's tokens/s are reported.
-quick: ~3 min on 2 idle cores with torch; smoke: a few seconds, no timing claims.
+process, median of `repeats`; then again back to back (`back_to_back_block`
+consecutive steps of each, the first untimed: a training loop's steady state).
+Reports tokens/s of each and the ratios jaxlab / torch for both orders (goal
+>= 1.0 on 2 CPU cores, issue 18). Without torch the comparison is skipped with a
+message and only jaxlab's tokens/s are reported.
+quick: ~2.5 min on 2 idle cores with torch; smoke: a few seconds, no timing claims.
 """
 
 import ml_collections
@@ -26,6 +28,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   c.repeats = 7
   c.warmup = 2
+  c.back_to_back_block = 4  # steps per block; 3 of them timed
   c.torch_threads = 2
   # jaxlab's data parallel step uses as many CPU devices as torch uses threads (the
   # cores); `launch.bench` splits the CPU before the first JAX computation.
@@ -41,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                    batch_size=32, seq_len=256),
   ))
   if preset == "smoke":
-    c.repeats, c.warmup = 3, 1
+    c.repeats, c.warmup, c.back_to_back_block = 3, 1, 2
     c.models = ml_collections.ConfigDict(dict(
         tiny=dict(d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64,
                   batch_size=4, seq_len=16)))

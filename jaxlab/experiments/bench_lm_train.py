@@ -19,7 +19,13 @@ interleaved (`time_interleaved`, median of `config.repeats`) in this process.
 `ratios.<model>_jaxlab_over_torch_tokens_per_s` = jaxlab tokens/s / torch
 tokens/s on one device (>= 1.0: jaxlab at least as fast),
 `<model>_jaxlab_dp<n>_over_torch_tokens_per_s` the same data parallel, and
-`<model>_jaxlab_dp<n>_over_jaxlab_tokens_per_s` data parallel's speed-up. Before
+`<model>_jaxlab_dp<n>_over_jaxlab_tokens_per_s` data parallel's speed-up.
+The same ratios with the suffix `_back_to_back` come from `time_back_to_back`
+(blocks of `config.back_to_back_block` consecutive steps of one candidate, the
+first untimed): each library's steady state in a training loop. Interleaved,
+each step starts right after another library's (its worker threads, its cache
+footprint); the two orders can disagree by more than their noise, so both are
+reported. Before
 timing, the first two losses of each step (same weights, same batch) are
 compared with the one-device step's (`<name>_first_losses_max_abs_diff`: < 1e-3
 for torch, < 1e-4 for data parallel, whose only difference is float summation
@@ -39,7 +45,7 @@ import numpy as np
 import optax
 
 from jaxlab import train
-from jaxlab.benchmarking import time_interleaved
+from jaxlab.benchmarking import time_back_to_back, time_interleaved
 from jaxlab.nn import Transformer, TransformerConfig
 
 try:  # Optional baseline: torch is never a dependency of jaxlab.
@@ -224,6 +230,10 @@ def _bench_model(spec: dict, config: ml_collections.ConfigDict) -> dict:
   timings = time_interleaved(candidates, repeats=config.repeats, warmup=config.warmup)
   out["timings"] = timings
   out["tokens_per_s"] = {name: b * t / tm["median_s"] for name, tm in timings.items()}
+  steady = time_back_to_back(candidates, repeats=config.repeats, warmup=0,
+                             block=config.back_to_back_block)
+  out["timings_back_to_back"] = steady
+  out["tokens_per_s_back_to_back"] = {name: b * t / tm["median_s"] for name, tm in steady.items()}
   return out
 
 
@@ -250,8 +260,11 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
       if not (math.isfinite(diff) and diff < limit):
         raise RuntimeError(f"{name}: {cand} is not the same model and step as jaxlab's (first "
                            f"losses differ by {diff}, limit {limit})")
-    for cand in tps:
-      for base in ("torch", "jaxlab"):
-        if base in tps and cand not in ("torch", base):
-          results["ratios"][f"{name}_{cand}_over_{base}_tokens_per_s"] = tps[cand] / tps[base]
+    for suffix in ("", "_back_to_back"):
+      tps = res[f"tokens_per_s{suffix}"]
+      for cand in tps:
+        for base in ("torch", "jaxlab"):
+          if base in tps and cand not in ("torch", base):
+            results["ratios"][f"{name}_{cand}_over_{base}_tokens_per_s{suffix}"] = (
+                tps[cand] / tps[base])
   return results

@@ -34,9 +34,11 @@ def test_bench_lm_train_smoke(capsys):
     assert "jaxlab_dp2" not in tiny["tokens_per_s"]
     assert "needs 2 CPU devices" in tiny["data_parallel_skipped"]
     assert "needs 2 CPU devices" in err
+  assert tiny["tokens_per_s_back_to_back"].keys() == tiny["tokens_per_s"].keys()
   if HAS_TORCH:
     assert tiny["torch_first_losses_max_abs_diff"] < 1e-3
     assert res["ratios"]["tiny_jaxlab_over_torch_tokens_per_s"] > 0
+    assert res["ratios"]["tiny_jaxlab_over_torch_tokens_per_s_back_to_back"] > 0
   else:
     assert "torch" not in tiny["tokens_per_s"] and res["ratios"] == {}
     assert "skipped" in res["torch_skipped"]
@@ -59,12 +61,14 @@ def test_launch_bench_runs_the_data_parallel_step(tmp_path):
   assert tiny["tokens_per_s"]["jaxlab_dp2"] > 0
   assert tiny["jaxlab_dp2_first_losses_max_abs_diff"] < 1e-4
   assert res["ratios"]["tiny_jaxlab_dp2_over_jaxlab_tokens_per_s"] > 0
+  assert res["ratios"]["tiny_jaxlab_dp2_over_jaxlab_tokens_per_s_back_to_back"] > 0
 
 
 def test_a_candidate_that_trains_another_model_fails_the_benchmark(monkeypatch):
   """The first-loss check is a verdict: a data parallel step whose losses differ by more
   than summation order (1e-4) stops the benchmark instead of reporting its speed."""
   fake = {"tokens_per_s": {"jaxlab": 1.0, "jaxlab_dp2": 2.0},
+          "tokens_per_s_back_to_back": {"jaxlab": 1.0, "jaxlab_dp2": 1.5},
           "jaxlab_dp2_first_losses_max_abs_diff": 3e-4}
   monkeypatch.setattr(bench_lm_train, "_bench_model", lambda spec, config: dict(fake))
   cfg = bench_config.get_config("smoke")
@@ -73,6 +77,7 @@ def test_a_candidate_that_trains_another_model_fails_the_benchmark(monkeypatch):
   fake["jaxlab_dp2_first_losses_max_abs_diff"] = 5e-5
   res = bench_lm_train.run_benchmark(cfg)
   assert res["ratios"]["tiny_jaxlab_dp2_over_jaxlab_tokens_per_s"] == 2.0
+  assert res["ratios"]["tiny_jaxlab_dp2_over_jaxlab_tokens_per_s_back_to_back"] == 1.5
 
 
 def test_quick_preset_has_both_models():
