@@ -8,13 +8,6 @@ STAMP := $(VENV)/.jaxlab-installed
 
 .PHONY: demo test bench notebooks clean
 
-# glibc malloc asks for transparent huge pages on the blocks it maps (glibc >= 2.35;
-# others ignore the tunable), unless GLIBC_TUNABLES is already set. XLA:CPU allocates
-# each execution's temporaries as one block (678 MiB for issue 18's training step),
-# which glibc maps afresh and unmaps every step: 174k page faults of 4 KiB per step,
-# a few hundred with 2 MiB pages (step 0.72 -> 0.56 s on 2 cores, RSS no larger).
-export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
-
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
