@@ -1,8 +1,9 @@
 """The README's malloc tunable: XLA:CPU's temporaries on transparent huge pages.
 
-Checked in fresh processes: a jitted function whose temporaries (128 MiB, one block that
-glibc maps and unmaps on every call) page-faults ~32k times per call with 4 KiB pages,
-and under a tenth of that with `glibc.malloc.hugetlb=1`.
+Checked in a fresh process: a jitted function whose temporaries (128 MiB, one block)
+takes under 1000 page faults per call with `glibc.malloc.hugetlb=1`. Without it, jax
+0.10.2's CPU runtime maps the block afresh on every call (~32.8k faults of 4 KiB per
+call); jax 0.12.0.1's reuses it (64-132 faults per call), so there the tunable is moot.
 """
 
 import json
@@ -34,10 +35,9 @@ print(json.dumps(faults[2:]))
 TUNABLES = "glibc.malloc.hugetlb=1"  # as the README gives it
 
 
-def _faults_per_call(tunables: str | None) -> list[int]:
+def _faults_per_call(tunables: str) -> list[int]:
   env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-  if tunables:
-    env["GLIBC_TUNABLES"] = tunables
+  env["GLIBC_TUNABLES"] = tunables
   out = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=env, check=True,
                        capture_output=True, text=True).stdout
   return json.loads(out.strip().splitlines()[-1])
@@ -53,8 +53,6 @@ def _tunable_matters() -> bool:
 
 @pytest.mark.skipif(not _tunable_matters(),
                     reason="needs glibc >= 2.35 and transparent huge pages on madvise")
-def test_huge_pages_remove_most_page_faults_of_xla_temporaries():
-  plain = _faults_per_call(None)
-  huge = _faults_per_call(TUNABLES)
-  assert min(plain) > 16_000, plain
-  assert max(huge) * 10 < min(plain), (huge, plain)
+def test_with_the_tunable_xla_temporaries_take_few_page_faults():
+  faults = _faults_per_call(TUNABLES)
+  assert max(faults) < 1_000, faults
