@@ -227,13 +227,12 @@ def _bench_model(spec: dict, config: ml_collections.ConfigDict) -> dict:
     if name != "jaxlab":
       out[f"{name}_first_losses_max_abs_diff"] = max(
           abs(a - c) for a, c in zip(first[name], first["jaxlab"], strict=True))
-  timings = time_interleaved(candidates, repeats=config.repeats, warmup=config.warmup)
-  out["timings"] = timings
-  out["tokens_per_s"] = {name: b * t / tm["median_s"] for name, tm in timings.items()}
-  steady = time_back_to_back(candidates, repeats=config.repeats, warmup=0,
-                             block=config.back_to_back_block)
-  out["timings_back_to_back"] = steady
-  out["tokens_per_s_back_to_back"] = {name: b * t / tm["median_s"] for name, tm in steady.items()}
+  for suffix, timings in (
+      ("", time_interleaved(candidates, repeats=config.repeats, warmup=config.warmup)),
+      ("_back_to_back", time_back_to_back(candidates, repeats=config.repeats, warmup=0,
+                                          block=config.back_to_back_block))):
+    out[f"timings{suffix}"] = timings
+    out[f"tokens_per_s{suffix}"] = {name: b * t / tm["median_s"] for name, tm in timings.items()}
   return out
 
 
