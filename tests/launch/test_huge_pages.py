@@ -1,4 +1,5 @@
-"""The README's malloc tunable: XLA:CPU's temporaries on transparent huge pages.
+"""The README's malloc tunable (`make demo` and `make test` set it): XLA:CPU's temporaries on
+transparent huge pages.
 
 Checked in a fresh process: a jitted function whose temporaries (128 MiB, one block on
 jax 0.10.2) takes under 1000 page faults per call with `glibc.malloc.hugetlb=1`; without
@@ -11,6 +12,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -33,7 +35,7 @@ print(json.dumps(faults[2:]))
 """
 
 
-TUNABLES = "glibc.malloc.hugetlb=1"  # as the README gives it
+TUNABLES = "glibc.malloc.hugetlb=1"  # as the README and the Makefile give it
 
 
 def _faults_per_call(tunables: str) -> list[int]:
@@ -57,3 +59,11 @@ def _tunable_matters() -> bool:
 def test_with_the_tunable_xla_temporaries_take_few_page_faults():
   faults = _faults_per_call(TUNABLES)
   assert max(faults) < 1_000, faults
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("target", ["demo", "test"])
+def test_make_sets_the_tunable_unless_one_is_set(target):
+  recipe = subprocess.run(["make", "-n", target], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout
+  assert f"GLIBC_TUNABLES=${{GLIBC_TUNABLES:-{TUNABLES}}}" in recipe, recipe
