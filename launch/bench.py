@@ -13,6 +13,7 @@ import os
 
 from absl import app, flags, logging
 
+from jaxlab.train import malloc
 from launch.cpu_devices import CPU_DEVICES
 from launch.runner import bench
 
@@ -26,6 +27,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+  malloc.reuse_freed_memory()  # before XLA starts its threads
   bench(_OUT.value, _PRESET.value, _ONLY.value, cpu_devices=CPU_DEVICES.value)
   print(f"BENCH: {os.path.abspath(_OUT.value)}")
 

@@ -157,6 +157,8 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  from jaxlab.train import malloc
+  malloc.reuse_freed_memory()  # before XLA starts its threads
   cpu_devices.apply()
   _initialize_distributed()
   import jax

@@ -12,6 +12,7 @@ import os
 
 from absl import app, flags, logging
 
+from jaxlab.train import malloc
 from launch import cpu_devices
 from launch.runner import reproduce
 
@@ -25,6 +26,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  malloc.reuse_freed_memory()  # before XLA starts its threads
   cpu_devices.apply()
   path, failures = reproduce(_WORKDIR.value, _PRESET.value, _ONLY.value)
   print(f"REPORT: {os.path.abspath(path)}")

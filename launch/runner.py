@@ -80,6 +80,7 @@ def bench(out: str, preset: str, only: list[str] | None = None,
   The host CPU is first split into `cpu_devices` JAX devices (default: the most
   any selected config asks for, `config.cpu_devices`); a process that already ran
   JAX keeps its devices, and a benchmark that needs more says it skipped that part.
+  Each result records `malloc_reuses_freed_memory` (`jaxlab.train.malloc.applied`).
   """
   names = list(only or available_benchmarks())
   unknown = sorted(set(names) - set(available_benchmarks()))
@@ -97,6 +98,8 @@ def bench(out: str, preset: str, only: list[str] | None = None,
   for name, config in configs.items():
     module = importlib.import_module(f"jaxlab.experiments.bench_{config.benchmark}")
     results[name] = report.to_jsonable(module.run_benchmark(config))
+    # Timings depend on it (XLA:CPU's temporaries are page-faulted in on every call without).
+    results[name]["malloc_reuses_freed_memory"] = train.malloc.applied
     print(f"[bench] {name}: {json.dumps(results[name].get('ratios', {}))}", file=sys.stderr)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w") as f:

@@ -176,8 +176,9 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
         "numpy_dequantize": lambda qn=qn, name=name: numpy_dequantize(qn, name, (rows, cols)),
     }, repeats=config.repeats)
     # The same XLA ops in rounds of their own: between the NumPy calls (which allocate
-    # and free hundreds of MB) a fresh 16 MiB output costs page faults, and the copy,
-    # all output, slows down the most; without them it runs at full speed.
+    # and free hundreds of MB) the copy, all output, slows down the most (with glibc's
+    # default malloc and with `jaxlab.train.reuse_freed_memory` alike); without them it
+    # runs at full speed.
     t_xla = [time_interleaved(xla, repeats=config.xla_repeats) for _ in range(config.xla_batches)]
     med = {k: v["median_s"] for k, v in t.items()}
     frac_x = {op: [tb["copy"]["median_s"] / tb[f"xla_{op}"]["median_s"] for tb in t_xla]

@@ -10,6 +10,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 from jaxlab import train
+from jaxlab.train import malloc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -98,6 +99,8 @@ def test_bench_writes_ratios(tmp_path):
   assert results["same_tokens"] is True
   assert results["ratios"]["recompute_over_kv_cache"] > 0
   assert set(results["timings"]) == {"kv_cache", "recompute"}
+  # The process's malloc policy goes with the timings (None: this process never set it).
+  assert results["malloc_reuses_freed_memory"] is malloc.applied
 
 
 def test_reproduce_shares_the_base_lm_only_when_it_is_the_same_model():

@@ -1,0 +1,66 @@
+"""glibc's malloc keeps the memory XLA:CPU frees, so the next call reuses it.
+
+XLA:CPU allocates an executable's temporaries as one block per call (678 MiB for issue
+18's training step) and frees it when the call ends. glibc serves a block that large with
+mmap and gives it back with munmap, so every step page-faults all of it in again: 174k
+faults of 4 KiB, about half of that step's 0.75 s on 2 cores. `reuse_freed_memory` sets
+three malloc options (mallopt) before XLA starts its threads:
+
+  * one arena: XLA's worker threads allocate from the main heap, which grows with brk
+    (a thread arena's heaps are 64 MiB at most, too small for the block);
+  * no mmap for large blocks, so the block comes from that heap;
+  * no trimming of the heap's top, so a freed block stays mapped for the next call.
+
+Steps then take no page faults once the heap has grown to hold them (it may grow a few
+more times while freed and new blocks settle). The cost: the process keeps its peak heap
+until it exits. Measured on 2 cores, see the README. `launch.main`, `launch.reproduce`
+and `launch.bench` call it first thing in main(); it does nothing off glibc, when
+`GLIBC_TUNABLES` sets a `glibc.malloc.` option (the user chose malloc's behaviour) or
+when JAXLAB_MALLOC=default. The test suite, whose time goes to compiling, keeps glibc's
+default (`make test` adds huge pages instead).
+"""
+
+import ctypes
+import os
+import platform
+
+# mallopt parameters, from glibc's <malloc.h>.
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+M_ARENA_MAX = -8
+
+# (parameter, value) in the order they are set; -1 turns trimming off (mallopt(3)).
+OPTIONS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1))
+
+# What the last `reuse_freed_memory` call did (None: not called); `launch.bench` writes it
+# into each benchmark's results.
+applied: bool | None = None
+
+
+def reuse_freed_memory() -> bool:
+  """Sets `OPTIONS` with glibc's mallopt; True when all were set.
+
+  False (nothing set) off glibc, with JAXLAB_MALLOC=default, or when GLIBC_TUNABLES
+  already sets a `glibc.malloc.` option. JAXLAB_MALLOC may be unset, "reuse" (the
+  default) or "default"; another value raises ValueError. Call it before XLA starts its threads (before
+  the first computation): an arena a thread already holds stays its own.
+
+  Example (first thing in a script's main, before its first computation):
+    >>> from jaxlab import train
+    >>> train.reuse_freed_memory()  # doctest: +SKIP
+    True
+  """
+  global applied
+  applied = False
+  choice = os.environ.get("JAXLAB_MALLOC", "reuse")
+  if choice not in ("reuse", "default"):
+    raise ValueError(f"JAXLAB_MALLOC={choice!r}: use 'reuse' (the default) or 'default' "
+                     "(glibc's own malloc behaviour)")
+  if platform.libc_ver()[0] != "glibc" or choice == "default":
+    return False
+  if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+    return False
+  mallopt = ctypes.CDLL(None).mallopt
+  mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+  applied = all([mallopt(param, value) == 1 for param, value in OPTIONS])
+  return applied
