@@ -42,8 +42,9 @@ def reuse_freed_memory() -> bool:
 
   False (nothing set) off glibc, with JAXLAB_MALLOC=default, or when GLIBC_TUNABLES
   already sets a `glibc.malloc.` option. JAXLAB_MALLOC may be unset, "reuse" (the
-  default) or "default"; another value raises ValueError. Call it before XLA starts its threads (before
-  the first computation): an arena a thread already holds stays its own.
+  default) or "default"; another value raises ValueError. Call it before XLA starts
+  its threads (before the first computation): an arena a thread already holds stays
+  its own.
 
   Example (first thing in a script's main, before its first computation):
     >>> from jaxlab import train
