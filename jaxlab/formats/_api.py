@@ -16,10 +16,17 @@ from jaxtyping import Shaped
 from jaxlab.formats import _fp8, _int, _mixfp4, _mxfp4, _nvfp4
 from jaxlab.formats._format import Format, QArray, get_format
 from jaxlab.formats._layout import Layout, from_blocks, layout, to_blocks
-from jaxlab.formats._scales import F32_MAX, MAX_COLUMN_BLOCK, block_amax, finite_abs, pairwise
+from jaxlab.formats._scales import (
+    F32_MAX,
+    MAX_COLUMN_BLOCK,
+    block_amax,
+    finite_abs,
+    pairwise,
+    tensor_amax,
+)
 
 # Element family -> codec module (encode / decode, and `fake` where a shortcut exists).
-# `encode(xb, amax_b, fmt, key, all_finite)` returns the codes as stored ([..., nb, bs]
+# `encode(xb, amax_b, fmt, key, all_finite, amax_t)` returns the codes as stored ([..., nb, bs]
 # bytes; 4-bit codes two per byte, [..., nb, bs // 2]), the scales and the tensor scale.
 _CODECS = {"fp8_e4m3": _fp8, "int4": _int, "int8": _int, "nvfp4": _nvfp4, "mxfp4": _mxfp4,
            "mixfp4": _mixfp4}
@@ -65,13 +72,17 @@ def _by_blocks(fn, xb: Array):
 
   For a finite tensor the raw maxima are the amaxes (blocks above `MAX_COLUMN_BLOCK`
   take them as max(max x, -min x), two reductions that read x directly), and the
-  codec may take its faster finite-input path (`all_finite=True`); otherwise (NaN
-  fails the check, Inf exceeds it) the masked maxima and the general path run instead.
+  codec may take its faster finite-input path (`all_finite=True`) and is handed the
+  tensor amax the check computed (`amax_t`: inside the branch it would be reduced
+  again, ~2% of MixFP4's quantize time); otherwise (NaN fails the check, Inf exceeds
+  it) the masked maxima and the general path run instead.
   """
   if xb.size == 0:
     return fn(xb, block_amax(xb), all_finite=False)
   raw = _block_amaxes(xb, finite_only=False)
-  return jax.lax.cond(jnp.max(raw) <= F32_MAX, lambda: fn(xb, raw, all_finite=True),
+  amax_t = tensor_amax(raw)
+  return jax.lax.cond(amax_t <= F32_MAX,
+                      lambda: fn(xb, raw, all_finite=True, amax_t=amax_t),
                       lambda: fn(xb, _block_amaxes(xb, finite_only=True), all_finite=False))
 
 

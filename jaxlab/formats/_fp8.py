@@ -15,11 +15,11 @@ from jaxlab.formats._scales import f32_scale, mul_inv, tensor_amax
 
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
-           all_finite: bool = False):
+           all_finite: bool = False, amax_t: Array | None = None):
   """Blocks -> (E4M3 bytes [..., nb, bs], float32 scales ([..., nb] or ()), 1)."""
   del all_finite  # one path for every input
   if fmt.granularity == "tensor":
-    s = f32_scale(tensor_amax(amax_b), 448.0)
+    s = f32_scale(tensor_amax(amax_b, amax_t), 448.0)
     y = mul_inv(xb, s)
   else:
     s = f32_scale(amax_b, 448.0)

@@ -26,7 +26,7 @@ from jaxlab.formats._scales import (
 
 
 def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
-           all_finite: bool = False):
+           all_finite: bool = False, amax_t: Array | None = None):
   """Blocks -> (codes uint8, scales [..., nb], tensor scale).
 
   Codes: int8 bytes [..., nb, bs]; int4 nibbles packed two per byte [..., nb, bs // 2].
@@ -35,7 +35,7 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
   """
   qmax = fmt.qmax
   if fmt.scale_dtype == "e4m3":
-    s_enc = tensor_encode_scale(tensor_amax(amax_b), qmax)
+    s_enc = tensor_encode_scale(tensor_amax(amax_b, amax_t), qmax)
     scales, sv = e4m3_scale((amax_b * recip(qmax)) * s_enc)
     y = safe_div(xb * s_enc, sv[..., None])
     tensor_scale = 1.0 / s_enc

@@ -129,7 +129,8 @@ def mixfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = Non
   return codes, sb, jnp.where(use_i[..., None], r_i, r_f) * s_dec
 
 
-def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
+def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
+            amax_t: Array | None = None):
   """`mixfp4_blocks` in two passes: flagged scale bytes, then codes and x_hat.
 
   Pass 1 computes both candidates' block errors and keeps one byte per block;
@@ -138,7 +139,7 @@ def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None):
   from fusing pass 1's block sums into every element of pass 2, and neither
   candidate tensor is ever written to memory.
   """
-  s_enc, s_dec = tensor_scales(amax_b)
+  s_enc, s_dec = tensor_scales(amax_b, amax_t)
   xs = xb * s_enc
 
   def scale_bytes():
@@ -191,14 +192,14 @@ def _rne_errors(xb: Array, s_enc: Array, sv_f: Array, sv_i: Array, p: float,
   return running_sum([c[0] for c in cols]), running_sum([c[1] for c in cols])
 
 
-def _rne_scale_bytes(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
-                     ) -> tuple[Array, Array, Array]:
+def _rne_scale_bytes(xb: Array, amax_b: Array, fmt: Format, all_finite: bool,
+                     amax_t: Array | None) -> tuple[Array, Array, Array]:
   """Pass 1 of the round-to-nearest path: (flagged scale bytes, S_enc, S_dec).
 
   Non-finite elements do not count in the block errors (as in `_select_e1m2`): they
   are read as 0.
   """
-  s_enc, s_dec = tensor_scales(amax_b)
+  s_enc, s_dec = tensor_scales(amax_b, amax_t)
 
   def scale_bytes():
     # The block scales are computed here, inside pass 1's loop (outside the `cond`
@@ -219,10 +220,10 @@ def _inverses_and_flags(sb: Array) -> tuple[Array, Array]:
   return e4m3_byte_inverse(sb)[..., None], ((sb >> 7) == 1)[..., None]
 
 
-def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
-                ) -> tuple[Array, Array, Array]:
+def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool,
+                amax_t: Array | None) -> tuple[Array, Array, Array]:
   """`encode` with round-to-nearest: pass 1, then pass 2 from x straight to bytes."""
-  sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite)
+  sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite, amax_t)
   inv, e1m2 = _inverses_and_flags(sb)
 
   def code(v):
@@ -231,31 +232,34 @@ def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool
   return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
 
 
-def _rne_fake(xb: Array, amax_b: Array, fmt: Format, all_finite: bool) -> Array:
+def _rne_fake(xb: Array, amax_b: Array, fmt: Format, all_finite: bool,
+              amax_t: Array | None) -> Array:
   """`fake` with round-to-nearest (x_hat as `_staged` forms it)."""
-  sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite)
+  sb, s_enc, s_dec = _rne_scale_bytes(xb, amax_b, fmt, all_finite, amax_t)
   inv, e1m2 = _inverses_and_flags(sb)
   y = scaled(rne_input(xb, all_finite), s_enc, inv)
   vals = _grids.round_e2m1_or_int_finite(y, e1m2)[1]
   return (vals * e4m3_byte_value(sb)[..., None]) * s_dec
 
 
-def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False):
+def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False,
+           amax_t: Array | None = None):
   """Blocks -> (packed codes [..., nb, bs // 2] uint8, flagged scale bytes, S_dec).
 
   Round-to-nearest runs `_rne_encode` (`all_finite=True` promises finite `xb` and
   skips its masks), stochastic rounding `_staged`. Both give `mixfp4_blocks`' bits
-  (up to float32 near-ties of a block's two errors).
+  (up to float32 near-ties of a block's two errors). `amax_t` is max(amax_b) where
+  the caller has it (`tensor_amax`).
   """
   if key is None:
-    return _rne_encode(xb, amax_b, fmt, all_finite)
-  codes, sb, _, s_dec = _staged(xb, amax_b, fmt, key)
+    return _rne_encode(xb, amax_b, fmt, all_finite, amax_t)
+  codes, sb, _, s_dec = _staged(xb, amax_b, fmt, key, amax_t)
   return pack_nibbles(codes), sb, s_dec
 
 
-def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False
-         ) -> Array:
+def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False,
+         amax_t: Array | None = None) -> Array:
   """x_hat in blocks (the products `decode` forms, without codes or packing)."""
   if key is None:
-    return _rne_fake(xb, amax_b, fmt, all_finite)
-  return _staged(xb, amax_b, fmt, key)[2]
+    return _rne_fake(xb, amax_b, fmt, all_finite, amax_t)
+  return _staged(xb, amax_b, fmt, key, amax_t)[2]

@@ -48,9 +48,10 @@ def e2m1_candidate(xs: Array, amax_b: Array, s_enc: Array, key: Array | None = N
   return codes, sb, sv, vals
 
 
-def tensor_scales(amax_b: Array) -> tuple[Array, Array]:
-  """(S_enc, S_dec) from the block amaxes (NVFP4 and MixFP4 share them)."""
-  s_enc = tensor_encode_scale(tensor_amax(amax_b), 6.0)
+def tensor_scales(amax_b: Array, amax_t: Array | None = None) -> tuple[Array, Array]:
+  """(S_enc, S_dec) from the block amaxes (NVFP4 and MixFP4 share them; `amax_t` as for
+  `tensor_amax`)."""
+  s_enc = tensor_encode_scale(tensor_amax(amax_b, amax_t), 6.0)
   return s_enc, 1.0 / s_enc
 
 
@@ -68,41 +69,44 @@ def scaled(x: Array, s_enc: Array, inv: Array) -> Array:
   return jnp.where(inv > 0, (x * s_enc) * inv, 0.0)
 
 
-def _rne_scales(amax_b: Array) -> tuple[Array, Array, Array, Array]:
+def _rne_scales(amax_b: Array, amax_t: Array | None
+                ) -> tuple[Array, Array, Array, Array]:
   """(S_enc, S_dec, scale bytes [..., nb], fl32(1 / s_b) [..., nb, 1]) for round-to-nearest."""
-  s_enc, s_dec = tensor_scales(amax_b)
+  s_enc, s_dec = tensor_scales(amax_b, amax_t)
   sb, _ = e4m3_scale_finite((amax_b * recip(6.0)) * s_enc)
   return s_enc, s_dec, sb, e4m3_byte_inverse(sb)[..., None]
 
 
-def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False):
+def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False,
+           amax_t: Array | None = None):
   """Blocks -> (packed element codes [..., nb, bs // 2] uint8, scale bytes [..., nb], S_dec).
 
-  `all_finite=True` promises that every element of `xb` is finite (skips a mask).
-  Round-to-nearest packs the codes straight from x (`pack_pairs`).
+  `all_finite=True` promises that every element of `xb` is finite (skips a mask);
+  `amax_t` is max(amax_b) where the caller has it (`tensor_amax`). Round-to-nearest
+  packs the codes straight from x (`pack_pairs`).
   """
   del fmt
   if key is None:
-    s_enc, s_dec, sb, inv = _rne_scales(amax_b)
+    s_enc, s_dec, sb, inv = _rne_scales(amax_b, amax_t)
 
     def code(v):
       return _grids.e2m1_or_int_codes(scaled(v, s_enc, inv), False)
 
     return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
-  s_enc, s_dec = tensor_scales(amax_b)
+  s_enc, s_dec = tensor_scales(amax_b, amax_t)
   codes, sb, _ = nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)
   return pack_nibbles(codes), sb, s_dec
 
 
-def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False
-         ) -> Array:
+def fake(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite: bool = False,
+         amax_t: Array | None = None) -> Array:
   """x_hat in blocks: the same float32 products `decode` forms, without codes."""
   del fmt
   if key is None:
-    s_enc, s_dec, sb, inv = _rne_scales(amax_b)
+    s_enc, s_dec, sb, inv = _rne_scales(amax_b, amax_t)
     vals = _grids.round_e2m1_finite(scaled(rne_input(xb, all_finite), s_enc, inv))[1]
     return (vals * e4m3_byte_value(sb)[..., None]) * s_dec
-  s_enc, s_dec = tensor_scales(amax_b)
+  s_enc, s_dec = tensor_scales(amax_b, amax_t)
   return nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)[2]
 
 
