@@ -15,6 +15,7 @@ from jaxlab.formats._grids import E2M1
 from jaxlab.formats._packing import pack_nibbles, pack_pairs
 from jaxlab.formats._scales import (
     block_amax,
+    decode_e4m3_scales,
     e4m3_byte_inverse,
     e4m3_byte_value,
     e4m3_scale,
@@ -118,9 +119,7 @@ def decode(codes: Array, scales: Array, tensor_scale: Array, fmt: Format) -> Arr
   """
   del fmt
   vals = element_values(codes, ((scales >> 7) == 1)[..., None])
-  # A table load: XLA fuses the scale into every element's loop, where the E4M3 decode
-  # arithmetic would be repeated for each element.
-  sv = e4m3_byte_value(scales)
+  sv = decode_e4m3_scales(scales)
   return (vals * sv[..., None]) * tensor_scale
 
 

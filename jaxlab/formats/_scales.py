@@ -10,6 +10,7 @@ amax is below ~1e-35; every larger tensor gets the same bits as the uncapped
 recipe.
 """
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -118,6 +119,23 @@ def e4m3_byte_value(sb: Array) -> Array:
 def e4m3_byte_inverse(sb: Array) -> Array:
   """fl32(1 / scale) of each scale byte, 0 for a zero scale (bit 7 ignored)."""
   return _by_scale_byte(_E4M3_INVERSES, sb)
+
+
+def decode_e4m3_scales(sb: Array) -> Array:
+  """`e4m3_byte_value` for stored scale bytes (dequantize), decoded on the float32 bits.
+
+  A normal code (e, m) = (b >> 3, b & 7), e >= 1, is 2**(e - 7) * (1 + m/8): float32
+  exponent field e + 120 and mantissa m << 20, i.e. the bits (b << 20) + (120 << 23); a
+  subnormal code is m * 2**-9; 0x7F is NaN. The barrier gives the decode a vectorised
+  loop of its own over the scale bytes, not fused into the element loop (where it would
+  run for every element): dequantize ~7-12% faster than with the table, whose gather
+  XLA:CPU runs as a scalar loop. The quantize paths keep the table: with this form,
+  NVFP4 quantize ran ~1.5x slower.
+  """
+  b = (sb & jnp.uint8(0x7F)).astype(jnp.int32)
+  normal = jax.lax.bitcast_convert_type((b << 20) + (120 << 23), jnp.float32)
+  v = jnp.where(b >= 8, normal, b.astype(jnp.float32) * np.float32(2.0 ** -9))
+  return jax.lax.optimization_barrier(jnp.where(b == 0x7F, jnp.nan, v))
 
 
 def tensor_encode_scale(amax_t: Array, qmax: float) -> Array:

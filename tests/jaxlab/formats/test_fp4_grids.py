@@ -166,11 +166,14 @@ def test_pack_unpack():
 
 
 def test_scale_byte_tables_equal_the_e4m3_decode_and_its_reciprocal():
-  from jaxlab.formats._scales import e4m3_byte_inverse, e4m3_byte_value
+  from jaxlab.formats._scales import decode_e4m3_scales, e4m3_byte_inverse, e4m3_byte_value
   b = jnp.arange(256, dtype=jnp.uint8)
   want = np.asarray(F.decode_float(b & jnp.uint8(0x7F), F.E4M3))  # bit 7 (MixFP4's flag) off
   got = np.asarray(jax.jit(e4m3_byte_value)(b))
   np.testing.assert_array_equal(got, want)  # NaN (0x7F) included
+  # dequantize's decode on the bits: the same float32 bits, NaN's included.
+  np.testing.assert_array_equal(np.asarray(jax.jit(decode_e4m3_scales)(b)).view(np.uint32),
+                                got.view(np.uint32))
   inv = np.asarray(jax.jit(e4m3_byte_inverse)(b))
   finite = np.isfinite(want) & (want > 0)
   np.testing.assert_array_equal(inv[finite], (np.float32(1) / want[finite]).astype(np.float32))
