@@ -51,31 +51,42 @@ def _prepare(x: Any, fmt: "str | Format", axis: int, options: dict[str, Any]
 
 
 def _block_amaxes(xb: Array, finite_only: bool) -> Array:
-  """The blocks' amax [..., nb]: max |x| (NaN or Inf where a block holds one), or the
-  amax over finite |x| (`finite_only`).
+  """The blocks' amax [..., nb]: max |x| (+Inf where a block holds a NaN or an Inf), or
+  the amax over finite |x| (`finite_only`).
 
-  Small blocks take maxima over the block's columns, elementwise ops on [..., nb]:
-  one loop XLA:CPU vectorises across blocks and splits over threads, with no
-  temporary (its reduction over a short minor axis runs ~1.5x slower on 2 threads
-  and writes |x| to memory first). Same values as the reductions.
+  Maxima over the block's columns, elementwise ops on [..., nb]: one loop XLA:CPU
+  vectorises across blocks and splits over threads, with no temporary (its reduction
+  over a short minor axis runs ~1.5x slower on 2 threads and writes |x| to memory
+  first). Blocks above `MAX_COLUMN_BLOCK` take them over 16 columns, then reduce.
+
+  NaN becomes +Inf before any reduction: elementwise maxima propagate NaN, but
+  XLA:CPU's max reductions can drop it (a [64, 256] tensor with one NaN reduces to its
+  finite max) or return -inf (a [4096] one with a NaN last).
   """
-  if xb.shape[-1] > MAX_COLUMN_BLOCK:
-    if finite_only:
-      return block_amax(xb)
-    return jnp.maximum(jnp.max(xb, axis=-1), -jnp.min(xb, axis=-1))
-  cols = [xb[..., j] for j in range(xb.shape[-1])]
-  return pairwise([finite_abs(c) if finite_only else jnp.abs(c) for c in cols], jnp.maximum)
+  bs = xb.shape[-1]
+  if finite_only and bs > MAX_COLUMN_BLOCK:
+    return block_amax(xb)
+  if bs <= MAX_COLUMN_BLOCK:
+    cols = [xb[..., j] for j in range(bs)]
+  else:  # 16 strided columns (1 where 16 does not divide bs), then a reduction; slices,
+    # as a reshape to [..., nb, bs // 16, 16] made XLA copy x into the `cond` below
+    step = 16 if bs % 16 == 0 else 1
+    cols = [xb[..., j::step] for j in range(step)]
+  absolute = finite_abs if finite_only else jnp.abs
+  m = pairwise([absolute(c) for c in cols], jnp.maximum)
+  if not finite_only:
+    m = jnp.where(jnp.isnan(m), jnp.inf, m)
+  return m if bs <= MAX_COLUMN_BLOCK else jnp.max(m, axis=-1)
 
 
 def _by_blocks(fn, xb: Array):
   """fn(xb, amax_b, all_finite=...) with the blocks' finite amax, |x| never materialised.
 
-  For a finite tensor the raw maxima are the amaxes (blocks above `MAX_COLUMN_BLOCK`
-  take them as max(max x, -min x), two reductions that read x directly), and the
-  codec may take its faster finite-input path (`all_finite=True`) and is handed the
-  tensor amax the check computed (`amax_t`: inside the branch it would be reduced
-  again, ~2% of MixFP4's quantize time); otherwise (NaN fails the check, Inf exceeds
-  it) the masked maxima and the general path run instead.
+  For a finite tensor the raw maxima are the amaxes, and the codec may take its faster
+  finite-input path (`all_finite=True`) and is handed the tensor amax the check
+  computed (`amax_t`: inside the branch it would be reduced again, ~2% of MixFP4's
+  quantize time); otherwise (a NaN or an Inf makes the raw maxima +Inf) the masked
+  maxima and the general path run instead.
   """
   if xb.size == 0:
     return fn(xb, block_amax(xb), all_finite=False)

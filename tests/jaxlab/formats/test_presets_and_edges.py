@@ -156,6 +156,30 @@ def test_property_every_preset(name, rows, blocks, dtype, log_scale, seed, speci
   assert np.all(err <= _BOUND[fmt.name] * amax_b + tiny), (name, float((err / amax_b).max()))
 
 
+
+@pytest.mark.parametrize("shape", [(64, 256), (4096,)])
+def test_nan_quantizes_as_zero_at_sizes_where_max_reductions_drop_it(shape):
+  # XLA:CPU's float max reductions drop NaN on these shapes (or, with a NaN last, return
+  # -inf), so a NaN must not reach one: then the tensor counts as finite and the codec's
+  # finite-input path gets a NaN (INT8 and FP8 rows encoded garbage). By the package's
+  # rule a NaN encodes as +0 and leaves every other element as it was: the same bytes as
+  # the tensor with 0 in its place.
+  rng = np.random.default_rng(0)
+  clean = rng.standard_normal(shape).astype(np.float32).reshape(-1)
+  for at in ([0], [clean.size - 1], rng.integers(0, clean.size, 20)):
+    x = clean.copy()
+    x[at] = np.nan
+    x = x.reshape(shape)
+    zeroed = jnp.asarray(np.where(np.isnan(x), 0.0, x).astype(np.float32))
+    for name in sorted(F.PRESETS):
+      got, want = F.quantize(jnp.asarray(x), name), F.quantize(zeroed, name)
+      for field in ("codes", "scales", "tensor_scale"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, field)),
+                                      np.asarray(getattr(want, field)), err_msg=(name, field))
+      if len(shape) == 2:  # fake_quant runs the same check in a jit of its own
+        np.testing.assert_array_equal(np.asarray(F.fake_quant(jnp.asarray(x), name)),
+                                      np.asarray(F.fake_quant(zeroed, name)), err_msg=name)
+
 def test_nonfinite_element_does_not_change_the_mixfp4_block_choice():
   # An Inf saturates in its own element only: the block chooses E2M1 / E1M2 on its finite
   # elements, exactly as if that element were 0 (else ~amax^2 in both errors leaves the
