@@ -14,6 +14,9 @@ For every format, in one process with interleaved repeats (medians):
     `xla_batches` batches of `xla_repeats` rounds, each batch's fraction listed in
     `*_frac_of_copy_xla_only_batches` (the copy's time drifts with the machine's
     memory traffic, so single batches of the same code spread by +-10%).
+  * quantize of the same tensor with one element set to +Inf (the general path:
+    finite block maxima, non-finite elements saturated or zeroed), as
+    `quantize_nonfinite_over_finite` = its time / the finite tensor's time.
 Ratios: `xla_over_numpy` = NumPy time / XLA time (a speed-up).
 """
 
@@ -150,6 +153,7 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
   rows, cols = config.rows, config.cols
   x = jax.random.normal(jax.random.key(config.seed), (rows, cols), jnp.float32)
   xn = np.asarray(x)
+  x_inf = x.at[0, 0].set(jnp.inf)
   nbytes = xn.nbytes
   copy = jax.jit(lambda v: v + 1.0)
   out: dict[str, Any] = {"shape": [rows, cols], "bytes": nbytes, "formats": {}, "ratios": {}}
@@ -172,6 +176,7 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
            "xla_dequantize": lambda dfn=dfn, q=q: dfn(q)}
     t = time_interleaved({
         **xla,
+        "xla_quantize_nonfinite": lambda qfn=qfn: qfn(x_inf),
         "numpy_quantize": lambda name=name: numpy_quantize(xn, name),
         "numpy_dequantize": lambda qn=qn, name=name: numpy_dequantize(qn, name, (rows, cols)),
     }, repeats=config.repeats)
@@ -195,6 +200,7 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
         "copy_gbps_xla_only": nbytes / statistics.median(tb["copy"]["median_s"] for tb in t_xla)
                               / 1e9,
         "quantize_xla_over_numpy": med["numpy_quantize"] / med["xla_quantize"],
+        "quantize_nonfinite_over_finite": med["xla_quantize_nonfinite"] / med["xla_quantize"],
         "dequantize_xla_over_numpy": med["numpy_dequantize"] / med["xla_dequantize"],
         "quantize_frac_of_copy": med["copy"] / med["xla_quantize"],
         "dequantize_frac_of_copy": med["copy"] / med["xla_dequantize"],
@@ -204,7 +210,8 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
         "dequantize_frac_of_copy_xla_only_batches": frac_x["dequantize"],
     }
     out["formats"][name] = r
-    for key in ("quantize_xla_over_numpy", "dequantize_xla_over_numpy", "quantize_frac_of_copy",
+    for key in ("quantize_xla_over_numpy", "dequantize_xla_over_numpy",
+                "quantize_nonfinite_over_finite", "quantize_frac_of_copy",
                 "dequantize_frac_of_copy", "quantize_frac_of_copy_xla_only",
                 "dequantize_frac_of_copy_xla_only"):
       out["ratios"][f"{name}_{key}"] = r[key]

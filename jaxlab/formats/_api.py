@@ -92,9 +92,16 @@ def _by_blocks(fn, xb: Array):
     return fn(xb, block_amax(xb), all_finite=False)
   raw = _block_amaxes(xb, finite_only=False)
   amax_t = tensor_amax(raw)
+
+  def nonfinite():
+    # Written out by a `cond` of their own (its predicate is always true here): fused
+    # into the codec's loops, XLA recomputed each block's maximum for every element.
+    amax_b = jax.lax.cond(amax_t > F32_MAX, lambda: _block_amaxes(xb, finite_only=True),
+                          lambda: jnp.zeros_like(raw))
+    return fn(xb, amax_b, all_finite=False)
+
   return jax.lax.cond(amax_t <= F32_MAX,
-                      lambda: fn(xb, raw, all_finite=True, amax_t=amax_t),
-                      lambda: fn(xb, _block_amaxes(xb, finite_only=True), all_finite=False))
+                      lambda: fn(xb, raw, all_finite=True, amax_t=amax_t), nonfinite)
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "axis"))

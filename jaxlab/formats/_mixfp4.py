@@ -21,7 +21,7 @@ from jax import Array
 
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
-from jaxlab.formats._nvfp4 import decode, e2m1_candidate, rne_input, scaled, tensor_scales
+from jaxlab.formats._nvfp4 import decode, e2m1_candidate, scaled, tensor_scales
 from jaxlab.formats._packing import pack_nibbles, pack_pairs
 from jaxlab.formats._scales import (
     MAX_COLUMN_BLOCK,
@@ -33,6 +33,7 @@ from jaxlab.formats._scales import (
     finite,
     finite_abs,
     recip,
+    rne_input,
     safe_div,
 )
 
@@ -233,9 +234,9 @@ def _rne_encode(xb: Array, amax_b: Array, fmt: Format, all_finite: bool,
   inv, e1m2 = _inverses_and_flags(sb)
 
   def code(v):
-    return _grids.e2m1_or_int_codes(scaled(v, s_enc, inv), e1m2)
+    return _grids.e2m1_or_int_codes(scaled(rne_input(v, all_finite), s_enc, inv), e1m2)
 
-  return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
+  return pack_pairs(code, xb), sb, s_dec
 
 
 def _rne_fake(xb: Array, amax_b: Array, fmt: Format, all_finite: bool,

@@ -12,6 +12,7 @@ from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
 from jaxlab.formats._grids import E2M1
 from jaxlab.formats._packing import pack_nibbles
+from jaxlab.formats._scales import rne_input
 
 # 6 * 2**125 is the largest block maximum whose decoded values stay finite in
 # float32 (6 * 2**126 overflows), so exponents are capped there: "rceil" then
@@ -40,8 +41,8 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None,
   del amax_t  # no tensor scale
   e = mx_scale_exponent(amax_b, fmt.scale_rule)
   y = xb * _grids.exp2i(-e)[..., None]  # exact: multiply by a power of two
-  if all_finite and key is None:
-    codes = _grids.e2m1_or_int_codes(y, False).astype(jnp.uint8)
+  if key is None:  # the same bits as round_float's (NaN -> +0, ±Inf saturates)
+    codes = _grids.e2m1_or_int_codes(rne_input(y, all_finite), False).astype(jnp.uint8)
   else:
     codes, _ = _grids.round_float(y, E2M1, key=key)
   return (pack_nibbles(codes), (e + _grids.E8M0_BIAS).astype(jnp.uint8),

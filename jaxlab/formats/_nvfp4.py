@@ -21,6 +21,7 @@ from jaxlab.formats._scales import (
     e4m3_scale,
     e4m3_scale_finite,
     recip,
+    rne_input,
     safe_div,
     tensor_amax,
     tensor_encode_scale,
@@ -56,13 +57,6 @@ def tensor_scales(amax_b: Array, amax_t: Array | None = None) -> tuple[Array, Ar
   return s_enc, 1.0 / s_enc
 
 
-def rne_input(xb: Array, all_finite: bool) -> Array:
-  """x as the round-to-nearest paths read it: NaN as 0, ±Inf kept (the finite roundings
-  saturate it). That is `round_float`'s rule, so blocks with non-finite elements need no
-  other path; `all_finite=True` promises there are none."""
-  return xb if all_finite else jnp.where(jnp.isnan(xb), 0.0, xb)
-
-
 def scaled(x: Array, s_enc: Array, inv: Array) -> Array:
   """y = x * S_enc / s_b as `safe_div` computes it: XLA turns its division by the broadcast
   scale into a product with the reciprocal `inv` ([..., nb, 1], `e4m3_byte_inverse`: 0 for
@@ -91,9 +85,9 @@ def encode(xb: Array, amax_b: Array, fmt: Format, key: Array | None, all_finite:
     s_enc, s_dec, sb, inv = _rne_scales(amax_b, amax_t)
 
     def code(v):
-      return _grids.e2m1_or_int_codes(scaled(v, s_enc, inv), False)
+      return _grids.e2m1_or_int_codes(scaled(rne_input(v, all_finite), s_enc, inv), False)
 
-    return pack_pairs(code, rne_input(xb, all_finite)), sb, s_dec
+    return pack_pairs(code, xb), sb, s_dec
   s_enc, s_dec = tensor_scales(amax_b, amax_t)
   codes, sb, _ = nvfp4_blocks(xb, s_enc, s_dec, key, amax_b=amax_b)
   return pack_nibbles(codes), sb, s_dec

@@ -173,6 +173,8 @@ def test_bench_fp4_smoke():
     # The NumPy baseline implements the same format: identical bytes and values.
     assert r["same_bytes_as_numpy"] and r["same_dequant_as_numpy"], name
     assert r["quantize_xla_over_numpy"] > 0 and r["quantize_frac_of_copy"] > 0
+    assert r["quantize_nonfinite_over_finite"] == (
+        r["timings"]["xla_quantize_nonfinite"]["median_s"] / r["timings"]["xla_quantize"]["median_s"])
     for op in ("quantize", "dequantize"):  # XLA-only: the median of the batches' fractions
       batches = r[f"{op}_frac_of_copy_xla_only_batches"]
       assert len(batches) == cfg.xla_batches and min(batches) > 0

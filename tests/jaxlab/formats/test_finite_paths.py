@@ -217,3 +217,23 @@ def test_round_to_nearest_equals_reference_blocks(name):
     np.testing.assert_array_equal(np.asarray(codes), np.asarray(F.pack_nibbles(want_codes)))
     np.testing.assert_array_equal(np.asarray(xh).view(np.uint32),
                                   np.asarray(want_xh).view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ["mxfp4_floor", "mxfp4_rceil"])
+def test_mxfp4_round_to_nearest_equals_round_float(name):
+  # MXFP4 rounds to nearest through `e2m1_or_int_codes` on both paths (NaN read as 0 by
+  # `rne_input` on the general one); `round_float` on the scaled blocks is the reference.
+  fmt = F.get_format(name)
+  codec = _api._CODECS[fmt.name]
+
+  def reference(v, a):
+    e = codec.mx_scale_exponent(a, fmt.scale_rule)
+    return F.pack_nibbles(F.round_float(v * _grids.exp2i(-e)[..., None], F.E2M1)[0])
+
+  special = _special_blocks().reshape(8, 4, 32)  # the same rows, in blocks of 32
+  for data, all_finite in ((_blocks(32), True), (_blocks(32), False), (special, False)):
+    v = jnp.asarray(data)
+    amax_b = block_amax(v)
+    codes, _, _ = jax.jit(lambda v, a, af=all_finite: codec.encode(v, a, fmt, None, af))(
+        v, amax_b)
+    np.testing.assert_array_equal(np.asarray(codes), np.asarray(jax.jit(reference)(v, amax_b)))
