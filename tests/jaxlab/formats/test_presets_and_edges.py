@@ -157,13 +157,12 @@ def test_property_every_preset(name, rows, blocks, dtype, log_scale, seed, speci
 
 
 
-@pytest.mark.parametrize("shape", [(64, 256), (4096,)])
+@pytest.mark.parametrize("shape", [(64, 256), (4100,)])  # 4100: rows not in 16s
 def test_nan_quantizes_as_zero_at_sizes_where_max_reductions_drop_it(shape):
-  # XLA:CPU's float max reductions drop NaN on these shapes (or, with a NaN last, return
-  # -inf), so a NaN must not reach one: then the tensor counts as finite and the codec's
-  # finite-input path gets a NaN (INT8 and FP8 rows encoded garbage). By the package's
-  # rule a NaN encodes as +0 and leaves every other element as it was: the same bytes as
-  # the tensor with 0 in its place.
+  # XLA:CPU's float max reductions drop NaN at these sizes (or return -inf), so a NaN must
+  # not reach one: the tensor then counted as finite and the codec's finite-input path got
+  # the NaN (INT8 and FP8 rows encoded garbage). By the package's rule a NaN encodes as +0
+  # and leaves every other element as it was: the same bytes as with 0 in its place.
   rng = np.random.default_rng(0)
   clean = rng.standard_normal(shape).astype(np.float32).reshape(-1)
   for at in ([0], [clean.size - 1], rng.integers(0, clean.size, 20)):
@@ -171,7 +170,9 @@ def test_nan_quantizes_as_zero_at_sizes_where_max_reductions_drop_it(shape):
     x[at] = np.nan
     x = x.reshape(shape)
     zeroed = jnp.asarray(np.where(np.isnan(x), 0.0, x).astype(np.float32))
-    for name in sorted(F.PRESETS):
+    for name, fmt in sorted(F.PRESETS.items()):
+      if fmt.block_size and shape[-1] % fmt.block_size and not fmt.pad:
+        continue  # 4100 elements do not fill the blocks of this preset
       got, want = F.quantize(jnp.asarray(x), name), F.quantize(zeroed, name)
       for field in ("codes", "scales", "tensor_scale"):
         np.testing.assert_array_equal(np.asarray(getattr(got, field)),
