@@ -94,8 +94,9 @@ def _by_blocks(fn, xb: Array):
   amax_t = tensor_amax(raw)
 
   def nonfinite():
-    # Written out by a `cond` of their own (its predicate is always true here): fused
-    # into the codec's loops, XLA recomputed each block's maximum for every element.
+    # The finite maxima get a `cond` of their own (its predicate is always true here),
+    # which writes them out: fused into the codec's loops, XLA recomputed each block's
+    # maximum for every element (MXFP4 quantize ~1.8x slower).
     amax_b = jax.lax.cond(amax_t > F32_MAX, lambda: _block_amaxes(xb, finite_only=True),
                           lambda: jnp.zeros_like(raw))
     return fn(xb, amax_b, all_finite=False)

@@ -156,13 +156,12 @@ def test_property_every_preset(name, rows, blocks, dtype, log_scale, seed, speci
   assert np.all(err <= _BOUND[fmt.name] * amax_b + tiny), (name, float((err / amax_b).max()))
 
 
-
 @pytest.mark.parametrize("shape", [(64, 256), (4100,)])  # 4100: rows not in 16s
 def test_nan_quantizes_as_zero_at_sizes_where_max_reductions_drop_it(shape):
   # XLA:CPU's float max reductions drop NaN at these sizes (or return -inf), so a NaN must
   # not reach one: the tensor then counted as finite and the codec's finite-input path got
-  # the NaN (INT8 and FP8 rows encoded garbage). By the package's rule a NaN encodes as +0
-  # and leaves every other element as it was: the same bytes as with 0 in its place.
+  # the NaN (INT8 and FP8 rows encoded it as garbage). By the package's rule a NaN encodes
+  # as +0 and leaves every other element as it was: the same bytes as with 0 in its place.
   rng = np.random.default_rng(0)
   clean = rng.standard_normal(shape).astype(np.float32).reshape(-1)
   for at in ([0], [clean.size - 1], rng.integers(0, clean.size, 20)):
@@ -180,6 +179,7 @@ def test_nan_quantizes_as_zero_at_sizes_where_max_reductions_drop_it(shape):
       if len(shape) == 2:  # fake_quant runs the same check in a jit of its own
         np.testing.assert_array_equal(np.asarray(F.fake_quant(jnp.asarray(x), name)),
                                       np.asarray(F.fake_quant(zeroed, name)), err_msg=name)
+
 
 def test_nonfinite_element_does_not_change_the_mixfp4_block_choice():
   # An Inf saturates in its own element only: the block chooses E2M1 / E1M2 on its finite
