@@ -8,7 +8,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Imports the launch package first, as `python -m launch.<entry>` does, then compiles one
-# program (above any minimum compile time only with the launch default of 0 s).
+# tiny program: it reaches the cache only through launch's minimum compile time of 0 s.
 _PROBE = ("import launch, jax, jax.numpy as jnp, json; jax.jit(lambda x: x * 3)(jnp.ones(5)); "
           "print(json.dumps(jax.config.jax_compilation_cache_dir))")
 
