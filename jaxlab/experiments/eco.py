@@ -232,6 +232,28 @@ def _val_bits_per_byte(loss_fn, weights, corpus, config: ml_collections.ConfigDi
   return total / e.num_batches / math.log(2)
 
 
+def _init_weights(model, seed: int, seq_len: int) -> Any:
+  return nn.meta.unbox(model.init(jax.random.key(seed), jnp.zeros((1, seq_len), jnp.int32))
+                       ["params"])
+
+
+def _compile_ahead(ahead: train.CompileAhead, program: dict[str, Any], model,
+                   config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """`program` with its step and deploy functions submitted to `ahead` (abstract arguments
+  from `jax.eval_shape`: nothing runs)."""
+  t = config.train
+  w0 = jax.eval_shape(lambda: _init_weights(model, 0, t.seq_len))
+  params = jax.eval_shape(program["to_params"], w0)
+  state = jax.eval_shape(lambda p: program["make_tx"](0).init(p), params)
+  batch = jax.ShapeDtypeStruct((t.batch_size, t.seq_len + 1), jnp.int32)
+  return {**program, "step": ahead.submit(program["step"], params, state, batch),
+          "deploy": ahead.submit(program["deploy"], params)}
+
+
+def _val_batch_shape(config: ml_collections.ConfigDict) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct((config.eval.batch_size, config.train.seq_len + 1), jnp.int32)
+
+
 def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, model, seed: int = 0,
               program: dict[str, Any] | None = None, loss_fn=None) -> dict:
   """Trains one arm on one seed through the whole LR schedule.
@@ -244,8 +266,7 @@ def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, mod
   t = config.train
   program = program or _lm_program(config, arm, fmt, model)
   loss_fn = loss_fn or jax.jit(train_lm.next_byte_loss(model))
-  w0 = nn.meta.unbox(model.init(jax.random.key(seed), jnp.zeros((1, t.seq_len), jnp.int32))
-                     ["params"])
+  w0 = _init_weights(model, seed, t.seq_len)
   params = program["to_params"](w0)
   state = program["make_tx"](seed).init(params)
   num_params = sum(int(x.size) for x in jax.tree.leaves(w0))
@@ -279,30 +300,52 @@ def _check_lm(config: ml_collections.ConfigDict) -> None:
     _quantizer(fmt, config.lm)
 
 
-def tiny_lm(config: ml_collections.ConfigDict, cache: train.ArmCache) -> dict:
-  """Every (format, arm, seed) of the LM study; finished ones come from `cache`.
-
-  Returns {format: {arm: [per-seed result, in the order of `config.seeds`]}}.
+def prepare_lm(config: ml_collections.ConfigDict, cache: train.ArmCache,
+               ahead: train.CompileAhead | None = None) -> dict[str, Any]:
+  """The LM study's corpus, model, val loss and one program per (format, arm) with a seed
+  not in `cache`; with `ahead`, their compilation starts now, in the order they run
+  (then the caller can do other work, e.g. the toy, while the first ones compile).
   """
   _check_lm(config)
-  corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   model = train_lm.make_model(config)
   loss_fn = jax.jit(train_lm.next_byte_loss(model))
   shared = train.config_hash(config.data, config.model, config.train, config.optimizer,
                              config.eval,
                              {k: v for k, v in config.lm.items() if k not in ("formats", "arms")})
+  programs: dict[tuple[str, str], dict[str, Any]] = {}
+  for fmt in config.lm.formats:
+    for arm in config.lm.arms:
+      if all(cache.load(f"lm_{fmt}_{arm}_seed{s}", shared) is not None for s in config.seeds):
+        continue
+      program = _lm_program(config, arm, fmt, model)
+      if ahead is not None:
+        program = _compile_ahead(ahead, program, model, config)
+        if not programs:  # the val loss is first needed at mid-run of the first arm
+          w = jax.eval_shape(lambda: _init_weights(model, 0, config.train.seq_len))
+          loss_fn = ahead.submit(loss_fn, w, _val_batch_shape(config), None)
+      programs[fmt, arm] = program
+  corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
+  return {"corpus": corpus, "model": model, "loss_fn": loss_fn, "shared": shared,
+          "programs": programs}
+
+
+def tiny_lm(config: ml_collections.ConfigDict, cache: train.ArmCache,
+            prepared: dict[str, Any] | None = None) -> dict:
+  """Every (format, arm, seed) of the LM study; finished ones come from `cache`.
+
+  `prepared` is `prepare_lm(config, cache, ...)` (made here when None).
+  Returns {format: {arm: [per-seed result, in the order of `config.seeds`]}}.
+  """
+  lm = prepared or prepare_lm(config, cache)
   out: dict[str, dict[str, list]] = {}
   for fmt in config.lm.formats:
     out[fmt] = {}
     for arm in config.lm.arms:
-      programs: dict[str, Any] = {}  # built on the first seed not in the cache
+      def run_seed(seed, fmt=fmt, arm=arm):
+        return train_arm(config, arm, fmt, lm["corpus"], lm["model"], seed,
+                         lm["programs"][fmt, arm], lm["loss_fn"])
 
-      def run_seed(seed, fmt=fmt, arm=arm, programs=programs):
-        if not programs:
-          programs["p"] = _lm_program(config, arm, fmt, model)
-        return train_arm(config, arm, fmt, corpus, model, seed, programs["p"], loss_fn)
-
-      out[fmt][arm] = [cache.get_or_run(f"lm_{fmt}_{arm}_seed{s}", shared,
+      out[fmt][arm] = [cache.get_or_run(f"lm_{fmt}_{arm}_seed{s}", lm["shared"],
                                         lambda s=s, run_seed=run_seed: run_seed(s))
                        for s in config.seeds]
   return out
@@ -409,9 +452,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   _check_lm(config)  # before the toy: a typo in lm.* must not wait for it
   t0 = time.perf_counter()
   cache = train.ArmCache(workdir)
-  toy = convex_toy(config.toy, config.seed, cache)
-  toy_s = time.perf_counter() - t0
-  lm = tiny_lm(config, cache) if config.lm.formats else {}
+  # The LM's programs compile on a worker thread while the toy and the earlier arms run
+  # (on 2 cores compiling is about half of a quick run when nothing else overlaps it).
+  with train.CompileAhead() as ahead:
+    lm_prepared = prepare_lm(config, cache, ahead) if config.lm.formats else None
+    t_toy = time.perf_counter()
+    toy = convex_toy(config.toy, config.seed, cache)
+    toy_s = time.perf_counter() - t_toy
+    lm = tiny_lm(config, cache, lm_prepared) if lm_prepared else {}
   measured = _measure(toy, lm)
   verdict, criteria = report.judge_all(config.criteria, measured)
   facts = _facts(lm)

@@ -171,7 +171,11 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
   groups = tuple(dict.fromkeys(tuple(gr.group_sizes) + tuple(gr.fc2_group_sizes)))
   runtime = make_policy(config, "W4A4", groups[0])
   runtime = dataclasses.replace(runtime, runtime_group_sizes=groups)
-  records = {}
+  # One model per size; its program compiles on a worker thread while the cells of the
+  # sizes before it run (on 2 cores compiling is a large part of a quick run). A size
+  # whose cells are all cached compiles nothing.
+  init_keys = jnp.stack([jax.random.key(seed) for seed in seeds])
+  sizes = []
   for size in gr.sizes:
     size = tuple(int(s) for s in size)
     mcfg = ml_collections.ConfigDict(config.model.to_dict())
@@ -180,31 +184,39 @@ def run_cells(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict
                                 dense=qdense_factory(runtime))
     # One init key per seed, shared by every precision of this size: paired runs
     # start from identical weights (initialized inside the compiled program).
-    init_keys = jnp.stack([jax.random.key(seed) for seed in seeds])
     variables = jax.eval_shape(model.init, init_keys[0], batches[0, 0, :1, :-1])
-    n = non_embedding_params(variables["params"])
-    trainer = None
-    for precision, g, fc2 in runs:
-      for steps in gr.steps:
-        key = _cell_key(size, steps, precision, g, fc2)
+    sizes.append((size, model, variables))
+  records = {}
+  with train.CompileAhead() as ahead:
+    trainers = {}
+    for size, model, variables in sizes:
+      if all(cache.load(_cell_key(size, steps, precision, g, fc2), shared) is not None
+             for precision, g, fc2 in runs for steps in gr.steps):
+        continue
+      qat = runtime_knobs(make_policy(config, "FP32", None), variables["qat"], group_sizes=groups)
+      trainers[size] = ahead.submit(make_trainer(model, t, config.optimizer), init_keys, qat,
+                                    batches, jax.ShapeDtypeStruct((), jnp.int32), val)
+    for size, _, variables in sizes:
+      n = non_embedding_params(variables["params"])
+      for precision, g, fc2 in runs:
+        for steps in gr.steps:
+          key = _cell_key(size, steps, precision, g, fc2)
 
-        def cell(precision=precision, g=g, fc2=fc2, steps=steps, size=size, n=n,
-                 model=model, variables=variables, init_keys=init_keys):
-          nonlocal trainer
-          trainer = trainer or make_trainer(model, t, config.optimizer)
-          qat = runtime_knobs(make_policy(config, precision, g, fc2_int8=fc2), variables["qat"],
-                              group_sizes=groups)
-          t0 = time.time()
-          out = jax.device_get(trainer(init_keys, qat, batches, jnp.int32(steps), val))
-          # A diverged seed stays NaN: judged as missing, never dropped.
-          return {"d_model": size[0], "d_ff": size[1], "n": n,
-                  "d": steps * t.batch_size * t.seq_len, "steps": steps, "precision": precision,
-                  "group_size": g, "fc2_int8": fc2, "seeds": seeds,
-                  "train_loss": np.asarray(out["train_loss"], np.float64).tolist(),
-                  "val_loss": np.asarray(out["val_loss"], np.float64).tolist(),
-                  "kurtosis": _kurtosis_table(out["kurtosis"]), "seconds": time.time() - t0}
+          def cell(precision=precision, g=g, fc2=fc2, steps=steps, size=size, n=n,
+                   variables=variables):
+            qat = runtime_knobs(make_policy(config, precision, g, fc2_int8=fc2),
+                                variables["qat"], group_sizes=groups)
+            t0 = time.time()
+            out = jax.device_get(trainers[size](init_keys, qat, batches, jnp.int32(steps), val))
+            # A diverged seed stays NaN: judged as missing, never dropped.
+            return {"d_model": size[0], "d_ff": size[1], "n": n,
+                    "d": steps * t.batch_size * t.seq_len, "steps": steps,
+                    "precision": precision, "group_size": g, "fc2_int8": fc2, "seeds": seeds,
+                    "train_loss": np.asarray(out["train_loss"], np.float64).tolist(),
+                    "val_loss": np.asarray(out["val_loss"], np.float64).tolist(),
+                    "kurtosis": _kurtosis_table(out["kurtosis"]), "seconds": time.time() - t0}
 
-        records[key] = cache.get_or_run(key, shared, cell)
+          records[key] = cache.get_or_run(key, shared, cell)
   return records
 
 

@@ -246,10 +246,12 @@ def _fingerprint(p_leaves: Sequence[QParam]) -> Array:
 
 
 def _all_finite(leaves: Sequence[Array]) -> Array:
-  ok = jnp.ones([], bool)
-  for x in leaves:
-    ok = ok & jnp.all(jnp.isfinite(x))
-  return ok
+  """Whether every element of `leaves` is finite: one reduction over all of them (a
+  check per leaf added two kernels per leaf to the step, ~20% of its compile time)."""
+  flat = [jnp.ravel(x) for x in leaves]
+  if not flat:
+    return jnp.ones([], bool)
+  return jnp.all(jnp.isfinite(jnp.concatenate(flat)))
 
 
 def _raise_nonfinite(where: str) -> Callable[[Array], None]:
@@ -325,8 +327,7 @@ def _eco_step(grads: Any, state: Any, params: Any, *, where: str, quantizer: Qua
   if err_l is None:  # the identity format has no residual (W~ vs its landing differ by FMA ulps)
     errs = [jnp.zeros_like(e) if p.quantizer.name == "f32" else e
             for p, e in zip(p_leaves, errs, strict=True)]
-  ok = (jnp.all(jnp.isfinite(lr)) & _all_finite(g_leaves) & _all_finite(w_tilde)
-        & _all_finite(landed_w))
+  ok = _all_finite([lr, *g_leaves, *w_tilde, *landed_w])
   return updates, landed, errs, ok, moved, treedef, new_key
 
 
@@ -505,7 +506,7 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
               for m, d, e in zip(mu_l, denom, errs, strict=True)]
     else:
       mu_l = [_where0(carry, lambda m=m: jnp.zeros_like(m), lambda m=m: m) for m in mu_l]
-    ok = ok & _all_finite(mu_l) & _all_finite(nu_l)
+    ok = ok & _all_finite([*mu_l, *nu_l])
     err = treedef.unflatten(errs) if injection == "exact" else None
     new = EcoAdamWState(count, treedef.unflatten(mu_l), nu, new_key, err, state.skipped,
                         state.landed, state.misplaced)

@@ -1,5 +1,5 @@
 """Training core: state, jitted step, orbax resume, metrics, meshes, schedules, caches,
-the process's malloc policy.
+compiling ahead, the process's malloc policy.
 
 `jaxlab.train.lm` (the byte-LM recipe: `train_lm`, `pretrained`, ...) imports
 flax and the data loaders, so it is imported on its own: `from jaxlab.train import lm`.
@@ -7,6 +7,7 @@ flax and the data loaders, so it is imported on its own: `from jaxlab.train impo
 
 from jaxlab.train.arm_cache import ArmCache, config_hash
 from jaxlab.train.checkpoint import Checkpointer, CheckpointMismatchError, CheckpointSaveError
+from jaxlab.train.compile_ahead import AheadCompiled, CompileAhead
 from jaxlab.train.loop import NonFiniteLossError, train_loop
 from jaxlab.train.malloc import reuse_freed_memory
 from jaxlab.train.mesh import (
@@ -29,7 +30,8 @@ from jaxlab.train.workdir import (
 )
 
 __all__ = [
-    "AXES", "ArmCache", "CheckpointMismatchError", "CheckpointSaveError", "Checkpointer",
+    "AXES", "AheadCompiled", "ArmCache", "CheckpointMismatchError", "CheckpointSaveError",
+    "Checkpointer", "CompileAhead",
     "MetricWriter", "NonFiniteLossError", "TrainState", "WorkdirConfigError", "batch_sharding",
     "check_config", "check_or_write_fingerprint", "config_fingerprint", "config_hash",
     "create_train_state", "fsdp_sharding", "make_mesh", "make_schedule", "make_train_step",

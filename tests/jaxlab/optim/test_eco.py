@@ -264,10 +264,16 @@ def test_inject_hyperparams_in_chain_matches_direct_schedule():
     g = jax.tree.map(lambda x: 10.0 * x, _grads(i, w0))  # large: clipping is active
     pa, sa = step_a(pa, sa, g)
     pb, sb = step_b(pb, sb, g)
-  # Same math; float32 hyperparameter arrays may round an operation differently by an ulp.
+  # Same math; float32 hyperparameter arrays may round an operation differently by an ulp,
+  # and XLA may contract a multiply-add (FMA) differently in the two programs: an FP8 code
+  # rarely moves, an F32 (identity-format) value may move by an ulp (the module's contract).
   for name in w0:
-    assert np.mean(np.asarray(pa[name].codes) == np.asarray(pb[name].codes)) >= 0.99
-    np.testing.assert_allclose(pa[name].dequantize(), pb[name].dequantize(), rtol=0.07, atol=1e-6)
+    a, b = pa[name].dequantize(), pb[name].dequantize()
+    if pa[name].quantizer.name == "f32":
+      np.testing.assert_array_max_ulp(np.asarray(a), np.asarray(b), maxulp=1)
+    else:
+      assert np.mean(np.asarray(pa[name].codes) == np.asarray(pb[name].codes)) >= 0.99
+    np.testing.assert_allclose(a, b, rtol=0.07, atol=1e-6)
   np.testing.assert_allclose(sa[1].hyperparams["learning_rate"], sched(5), rtol=1e-6)
   # A constant learning rate injected by hand is the one the step (and the injection) uses.
   tx_c = inj(learning_rate=5e-3, quantizer=FP8_ROW, stochastic_rounding=False)
