@@ -237,21 +237,16 @@ def _init_weights(model, seed: int, seq_len: int) -> Any:
                        ["params"])
 
 
-def _compile_ahead(ahead: train.CompileAhead, program: dict[str, Any], model,
+def _compile_ahead(ahead: train.CompileAhead, program: dict[str, Any], w0: Any,
                    config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """`program` with its step and deploy functions submitted to `ahead` (abstract arguments
-  from `jax.eval_shape`: nothing runs)."""
+  """`program` with its step and deploy functions submitted to `ahead`; `w0` is the
+  model's abstract init weights (`jax.eval_shape`: nothing runs)."""
   t = config.train
-  w0 = jax.eval_shape(lambda: _init_weights(model, 0, t.seq_len))
   params = jax.eval_shape(program["to_params"], w0)
   state = jax.eval_shape(lambda p: program["make_tx"](0).init(p), params)
   batch = jax.ShapeDtypeStruct((t.batch_size, t.seq_len + 1), jnp.int32)
   return {**program, "step": ahead.submit(program["step"], params, state, batch),
           "deploy": ahead.submit(program["deploy"], params)}
-
-
-def _val_batch_shape(config: ml_collections.ConfigDict) -> jax.ShapeDtypeStruct:
-  return jax.ShapeDtypeStruct((config.eval.batch_size, config.train.seq_len + 1), jnp.int32)
 
 
 def train_arm(config: ml_collections.ConfigDict, arm: str, fmt: str, corpus, model, seed: int = 0,
@@ -312,6 +307,8 @@ def prepare_lm(config: ml_collections.ConfigDict, cache: train.ArmCache,
   shared = train.config_hash(config.data, config.model, config.train, config.optimizer,
                              config.eval,
                              {k: v for k, v in config.lm.items() if k not in ("formats", "arms")})
+  w0 = jax.eval_shape(lambda: _init_weights(model, 0, config.train.seq_len))
+  val_batch = jax.ShapeDtypeStruct((config.eval.batch_size, config.train.seq_len + 1), jnp.int32)
   programs: dict[tuple[str, str], dict[str, Any]] = {}
   for fmt in config.lm.formats:
     for arm in config.lm.arms:
@@ -319,10 +316,9 @@ def prepare_lm(config: ml_collections.ConfigDict, cache: train.ArmCache,
         continue
       program = _lm_program(config, arm, fmt, model)
       if ahead is not None:
-        program = _compile_ahead(ahead, program, model, config)
+        program = _compile_ahead(ahead, program, w0, config)
         if not programs:  # the val loss is first needed at mid-run of the first arm
-          w = jax.eval_shape(lambda: _init_weights(model, 0, config.train.seq_len))
-          loss_fn = ahead.submit(loss_fn, w, _val_batch_shape(config), None)
+          loss_fn = ahead.submit(loss_fn, w0, val_batch, None)
       programs[fmt, arm] = program
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   return {"corpus": corpus, "model": model, "loss_fn": loss_fn, "shared": shared,

@@ -33,9 +33,8 @@ from typing import Any
 class AheadCompiled:
   """A program submitted to `CompileAhead`: call it like the jitted function."""
 
-  def __init__(self, future: "concurrent.futures.Future[Any]", name: str):
+  def __init__(self, future: "concurrent.futures.Future[Any]"):
     self._future = future
-    self.name = name
 
   def compiled(self) -> Any:
     """The `jax.stages.Compiled` executable (waits for it; re-raises a compile error)."""
@@ -69,8 +68,7 @@ class CompileAhead:
     """
     if not hasattr(fn, "lower"):
       raise ValueError(f"CompileAhead.submit needs a jax.jit function, got {fn!r}")
-    name = getattr(fn, "__name__", repr(fn))
-    return AheadCompiled(self._pool.submit(lambda: fn.lower(*args).compile()), name)
+    return AheadCompiled(self._pool.submit(lambda: fn.lower(*args).compile()))
 
   def close(self) -> None:
     """Cancels the programs not yet started; the one compiling finishes in the background."""
