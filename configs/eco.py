@@ -21,8 +21,9 @@ Criteria (`criteria`, judged on paired seeds by `jaxlab.report.judge_all`) are
 declared below before any run logic; static bytes are facts, never judged.
 
 Presets: smoke (tests: 2 toy lrs, FP8 only, 2 LM arms, 2 seeds), quick (3 LM
-arms x 2 formats x 3 seeds, 5 toy arms x 3 problems; ~3 min on 2 idle cores),
-full (every arm, 5 seeds, bigger LM, more steps). Override any field, e.g.
+arms x 2 formats x 3 seeds, 5 toy arms x 3 problems; 140-156 s on 2 cores with an
+empty compilation cache, 86 s with a full one), full (every arm, 5 seeds, bigger LM,
+more steps). Override any field, e.g.
 `--config.train.num_steps=600`.
 """
 

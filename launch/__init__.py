@@ -13,8 +13,8 @@ It also turns on JAX's persistent compilation cache (unless JAX_COMPILATION_CACH
 already set; set it empty to turn the cache off) in
 `${XDG_CACHE_HOME:-~/.cache}/jaxlab/jax-compilation-cache`, the directory CI's test runs
 use, keeping every program however fast it compiles. Compilation is most of a quick
-preset's time on a 2-core CPU: the eco quick preset ran in 218 s with an empty cache and
-84 s on a second run. Launched subprocesses (multi-process runs, notebook kernels)
+preset's time on a 2-core CPU: the eco quick preset ran in 151 s with an empty cache and
+86 s on a second run. Launched subprocesses (multi-process runs, notebook kernels)
 inherit the setting.
 """
 

@@ -27,7 +27,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  malloc.reuse_freed_memory()  # before XLA starts its threads
+  malloc.use_for_launch("reuse")  # one large step timed over and over; before XLA starts
   bench(_OUT.value, _PRESET.value, _ONLY.value, cpu_devices=CPU_DEVICES.value)
   print(f"BENCH: {os.path.abspath(_OUT.value)}")
 

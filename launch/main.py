@@ -158,7 +158,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   from jaxlab.train import malloc
-  malloc.reuse_freed_memory()  # before XLA starts its threads
+  malloc.use_for_launch("default")  # JAXLAB_MALLOC=reuse opts in; before XLA starts
   cpu_devices.apply()
   _initialize_distributed()
   import jax

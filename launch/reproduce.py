@@ -26,7 +26,7 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-  malloc.reuse_freed_memory()  # before XLA starts its threads
+  malloc.use_for_launch("default")  # JAXLAB_MALLOC=reuse opts in; before XLA starts
   cpu_devices.apply()
   path, failures = reproduce(_WORKDIR.value, _PRESET.value, _ONLY.value)
   print(f"REPORT: {os.path.abspath(path)}")

@@ -12,12 +12,19 @@ three malloc options (mallopt) before XLA starts its threads:
   * no trimming of the heap's top, so a freed block stays mapped for the next call.
 
 Steps then take no page faults once the heap has grown to hold them (it may grow a few
-more times while freed and new blocks settle). The cost: the process keeps its peak heap
-until it exits. Measured on 2 cores, see the README. `launch.main`, `launch.reproduce`
-and `launch.bench` call it first thing in main(); it does nothing off glibc, when
+more times while freed and new blocks settle). The costs: the process keeps its peak heap
+until it exits, and every thread allocates from the one arena under its lock. That lock
+is what a process which compiles while it trains pays for: LLVM allocates at a high rate
+and contends with XLA's threads (eco's quick preset, which compiles its next programs on a
+worker thread while an arm trains, took 211-227 s with one arena and 140-144 s without;
+see the README).
+
+So it suits a process that runs one large step over and over: `launch.bench` applies it
+(`use_for_launch("reuse")`), `launch.main` and `launch.reproduce` only when
+JAXLAB_MALLOC=reuse (`use_for_launch("default")`). It does nothing off glibc, when
 `GLIBC_TUNABLES` sets a `glibc.malloc.` option (the user chose malloc's behaviour) or
-when JAXLAB_MALLOC=default. The test suite, whose time goes to compiling, keeps glibc's
-default (`make test` adds huge pages instead).
+when JAXLAB_MALLOC=default. Huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which
+`make test` and `make demo` set) take most of the faults away without the shared arena.
 """
 
 import ctypes
@@ -32,9 +39,16 @@ M_ARENA_MAX = -8
 # (parameter, value) in the order they are set; -1 turns trimming off (mallopt(3)).
 OPTIONS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1))
 
-# What the last `reuse_freed_memory` call did (None: not called); `launch.bench` writes it
-# into each benchmark's results.
+# What the last `reuse_freed_memory` or `use_for_launch` call did (None: neither was
+# called); `launch.bench` writes it into each benchmark's results.
 applied: bool | None = None
+
+
+def _choice(value: str) -> str:
+  if value not in ("reuse", "default"):
+    raise ValueError(f"JAXLAB_MALLOC={value!r}: use 'reuse' (this policy) or 'default' "
+                     "(glibc's own malloc behaviour)")
+  return value
 
 
 def reuse_freed_memory() -> bool:
@@ -53,10 +67,7 @@ def reuse_freed_memory() -> bool:
   """
   global applied
   applied = False
-  choice = os.environ.get("JAXLAB_MALLOC", "reuse")
-  if choice not in ("reuse", "default"):
-    raise ValueError(f"JAXLAB_MALLOC={choice!r}: use 'reuse' (the default) or 'default' "
-                     "(glibc's own malloc behaviour)")
+  choice = _choice(os.environ.get("JAXLAB_MALLOC", "reuse"))
   if platform.libc_ver()[0] != "glibc" or choice == "default":
     return False
   if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
@@ -65,3 +76,17 @@ def reuse_freed_memory() -> bool:
   mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
   applied = all([mallopt(param, value) == 1 for param, value in OPTIONS])
   return applied
+
+
+def use_for_launch(default: str) -> bool:
+  """A launch script's choice: `reuse_freed_memory()` when JAXLAB_MALLOC says "reuse", or
+  is unset and `default` is "reuse"; otherwise glibc's own behaviour.
+
+  Call it first thing in main, before the first computation. Returns `applied`.
+  """
+  choice = _choice(os.environ.get("JAXLAB_MALLOC", default))
+  if choice == "reuse":
+    return reuse_freed_memory()
+  global applied
+  applied = False
+  return False

@@ -1,5 +1,6 @@
-"""malloc and XLA:CPU's temporaries: `jaxlab.train.reuse_freed_memory` (the launch scripts'
-policy) and the huge-page tunable `make test` sets.
+"""malloc and XLA:CPU's temporaries: `jaxlab.train.reuse_freed_memory` (launch.bench's
+policy, an opt-in for the other launch scripts) and the huge-page tunable `make test` and
+`make demo` set.
 
 Checked in fresh processes on a jitted gradient with a 64 MiB temporary: ~16.4k faults of
 4 KiB on every call with glibc's default behaviour (jax 0.10.2 and 0.12.0.1); none on most
@@ -28,7 +29,7 @@ HUGE_PAGES = "glibc.malloc.hugetlb=1"  # as the README and the Makefile give it
 _PROBE = """
 import json, resource
 from jaxlab.train import malloc
-malloc.reuse_freed_memory()  # first thing, as the launch scripts' main() does
+malloc.reuse_freed_memory()  # first thing, as launch.bench's main() does
 import jax, jax.numpy as jnp
 f = jax.jit(jax.grad(lambda v: jnp.sum(jnp.tanh(jnp.outer(v, v)) ** 2)))
 x = jnp.linspace(0.0, 1.0, 4096)
@@ -88,6 +89,23 @@ def test_a_users_malloc_settings_are_kept(monkeypatch):
   assert malloc.reuse_freed_memory() is False
 
 
+def test_launch_scripts_choose_the_policy_from_the_environment(monkeypatch):
+  monkeypatch.setattr(malloc, "applied", malloc.applied)  # restored afterwards
+  calls = []
+  monkeypatch.setattr(malloc, "reuse_freed_memory", lambda: calls.append(1) or True)
+  monkeypatch.delenv("JAXLAB_MALLOC", raising=False)
+  # launch.main / launch.reproduce: glibc's own malloc unless JAXLAB_MALLOC=reuse.
+  assert malloc.use_for_launch("default") is False and malloc.applied is False and not calls
+  assert malloc.use_for_launch("reuse") is True and calls == [1]  # launch.bench
+  monkeypatch.setenv("JAXLAB_MALLOC", "reuse")
+  assert malloc.use_for_launch("default") is True and calls == [1, 1]
+  monkeypatch.setenv("JAXLAB_MALLOC", "default")
+  assert malloc.use_for_launch("reuse") is False and calls == [1, 1]
+  monkeypatch.setenv("JAXLAB_MALLOC", "on")
+  with pytest.raises(ValueError, match="JAXLAB_MALLOC='on'"):
+    malloc.use_for_launch("default")
+
+
 def _recipe(target: str) -> str:
   return subprocess.run(["make", "-n", target], cwd=ROOT, check=True, capture_output=True,
                         text=True).stdout
@@ -95,7 +113,7 @@ def _recipe(target: str) -> str:
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_recipes_set_huge_pages_for_the_tests_only():
-  assert f"GLIBC_TUNABLES=${{GLIBC_TUNABLES:-{HUGE_PAGES}}}" in _recipe("test")
-  # A GLIBC_TUNABLES malloc option in these would switch the launch scripts' policy off.
-  for target in ("demo", "bench"):
-    assert "GLIBC_TUNABLES" not in _recipe(target), target
+  for target in ("test", "demo"):
+    assert f"GLIBC_TUNABLES=${{GLIBC_TUNABLES:-{HUGE_PAGES}}}" in _recipe(target), target
+  # A GLIBC_TUNABLES malloc option here would switch launch.bench's policy off.
+  assert "GLIBC_TUNABLES" not in _recipe("bench")
