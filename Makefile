@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 # The test suite and the demo run with glibc's malloc on transparent huge pages unless
 # GLIBC_TUNABLES is set (see the README: XLA:CPU maps a call's temporaries afresh each
-# call; the suite 468 -> 436 s, the lm quick preset 86 -> 70 s). Other libcs ignore the
+# call; the suite 468 -> 436 s, the lm quick preset 85-91 -> 70-74 s). Other libcs ignore the
 # variable. bench leaves it unset: launch.bench makes malloc keep freed memory instead
 # (jaxlab/train/malloc.py), which the variable would switch off.
 HUGE_PAGES := GLIBC_TUNABLES=$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}

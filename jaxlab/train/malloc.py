@@ -16,7 +16,7 @@ more times while freed and new blocks settle). The costs: the process keeps its 
 until it exits, and every thread allocates from the one arena under its lock. That lock
 is what a process which compiles while it trains pays for: LLVM allocates at a high rate
 and contends with XLA's threads (eco's quick preset, which compiles its next programs on a
-worker thread while an arm trains, took 211-227 s with one arena and 140-144 s without;
+worker thread while an arm trains, took 211-214 s with one arena and 140-156 s without;
 see the README).
 
 So it suits a process that runs one large step over and over: `launch.bench` applies it
