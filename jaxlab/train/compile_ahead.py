@@ -1,9 +1,10 @@
 """Compiling a study's jitted programs on a worker thread while earlier arms run.
 
 A sweep that trains several arms, each with its own jitted step, spends much of a
-2-core CPU run compiling: XLA compiles a program, mostly on one core, then runs it. `CompileAhead` lowers and compiles the programs one after another on
-one worker thread, in the order they were submitted, so that the next arm's program
-compiles while the current arm trains. Each program is the executable the jitted
+2-core CPU run compiling: XLA compiles a program, mostly on one core, then runs it.
+`CompileAhead` lowers and compiles the programs one after another on one worker
+thread, in the order they were submitted, so that the next arm's program compiles
+while the current arm trains. Each program is the executable the jitted
 function would compile on its first call (`fn.lower(*args).compile()`, the same
 program and options), so results are unchanged; what changes is only when it is
 compiled.

@@ -112,7 +112,7 @@ def _recipe(target: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_recipes_set_huge_pages_for_the_tests_only():
+def test_make_recipes_set_huge_pages_for_test_and_demo_not_bench():
   for target in ("test", "demo"):
     assert f"GLIBC_TUNABLES=${{GLIBC_TUNABLES:-{HUGE_PAGES}}}" in _recipe(target), target
   # A GLIBC_TUNABLES malloc option here would switch launch.bench's policy off.
