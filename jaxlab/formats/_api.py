@@ -79,6 +79,14 @@ def _block_amaxes(xb: Array, finite_only: bool) -> Array:
   return m if bs <= MAX_COLUMN_BLOCK else jnp.max(m, axis=-1)
 
 
+# Tensors of up to this many elements take the codec's general path alone. The finite
+# check's `cond` puts a second copy of the codec, and the column-wise maxima, into the
+# program; at this size they save microseconds but cost compile time in every program
+# that quantizes many small tensors (an ECO step quantizes each of its 16 weights: the
+# int4 and fp8 arms' six steps compiled in 66 s instead of 95 s). Same bits either way.
+SMALL_TENSOR = 1 << 16
+
+
 def _by_blocks(fn, xb: Array):
   """fn(xb, amax_b, all_finite=...) with the blocks' finite amax, |x| never materialised.
 
@@ -86,9 +94,10 @@ def _by_blocks(fn, xb: Array):
   finite-input path (`all_finite=True`) and is handed the tensor amax the check
   computed (`amax_t`: inside the branch it would be reduced again, ~2% of MixFP4's
   quantize time); otherwise (a NaN or an Inf makes the raw maxima +Inf) the masked
-  maxima and the general path run instead.
+  maxima and the general path run instead. Tensors up to `SMALL_TENSOR` elements (and
+  empty ones) go straight to the general path.
   """
-  if xb.size == 0:
+  if xb.size <= SMALL_TENSOR:
     return fn(xb, block_amax(xb), all_finite=False)
   raw = _block_amaxes(xb, finite_only=False)
   amax_t = tensor_amax(raw)

@@ -17,6 +17,7 @@ import pytest
 
 from jaxlab import formats as F
 from jaxlab.formats import _api, _grids, _mixfp4, _nvfp4
+from jaxlab.formats._layout import layout, to_blocks
 from jaxlab.formats._scales import (
     F32_MAX,
     block_amax,
@@ -153,6 +154,35 @@ def test_all_finite_path_is_bitidentical(name, opts):
   if fmt.name == "mixfp4":  # both candidates really are chosen
     flags = np.asarray(fast[1]) >> 7
     assert 0.05 < flags.mean() < 0.95
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mixfp4", "mxfp4_rceil", "int4_g32", "fp8_e4m3_row"])
+def test_small_tensors_skip_the_finite_check_with_the_same_bits(name, monkeypatch):
+  # `_by_blocks` sends tensors of up to `SMALL_TENSOR` elements straight to the general
+  # path; larger ones go through the finite check's `cond` (the finite path, or the
+  # masked maxima). Forcing the check on small tensors gives the same bits, finite or not.
+  fmt = F.get_format(name)
+  codec = _api._CODECS[fmt.name]
+  finite_x = _blocks(32).reshape(-1, 256)
+  special = finite_x.copy()
+  special[1, 3], special[2, 40], special[5, 7], special[6, :32] = np.nan, np.inf, -np.inf, np.inf
+  fns = [codec.encode] + ([codec.fake] if hasattr(codec, "fake") else [])
+
+  def run(fn, x):  # a fresh trace each time: `SMALL_TENSOR` is read while tracing
+    xb = to_blocks(jnp.asarray(x), layout(x.shape, -1, fmt))
+    f = jax.jit(lambda v: _api._by_blocks(functools.partial(fn, fmt=fmt, key=None), v))
+    return f(xb), str(jax.make_jaxpr(f)(xb)).count("cond[")
+
+  for x in (finite_x, special):
+    assert x.size <= _api.SMALL_TENSOR
+    small = [run(fn, x) for fn in fns]
+    with monkeypatch.context() as m:
+      m.setattr(_api, "SMALL_TENSOR", 0)
+      checked = [run(fn, x) for fn in fns]
+    for (got, got_conds), (want, want_conds) in zip(small, checked, strict=True):
+      assert want_conds > got_conds  # the check ran in one, not in the other
+      for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8), np.atleast_1d(b).view(np.uint8))
 
 
 def test_element_values_equal_mix_lut():
