@@ -182,7 +182,8 @@ def test_small_tensors_skip_the_finite_check_with_the_same_bits(name, monkeypatc
     for (got, got_conds), (want, want_conds) in zip(small, checked, strict=True):
       assert want_conds > got_conds  # the check ran in one, not in the other
       for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8), np.atleast_1d(b).view(np.uint8))
+        np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8),
+                                      np.atleast_1d(b).view(np.uint8))
 
 
 def test_element_values_equal_mix_lut():
