@@ -84,9 +84,8 @@ def use_for_launch(default: str) -> bool:
 
   Call it first thing in main, before the first computation. Returns `applied`.
   """
-  choice = _choice(os.environ.get("JAXLAB_MALLOC", default))
-  if choice == "reuse":
-    return reuse_freed_memory()
   global applied
+  if _choice(os.environ.get("JAXLAB_MALLOC", default)) == "reuse":
+    return reuse_freed_memory()
   applied = False
   return False
