@@ -22,10 +22,8 @@ declared below before any run logic; static bytes are facts, never judged.
 
 Presets: smoke (tests: 2 toy lrs, FP8 only, 2 LM arms, 2 seeds), quick (3 LM
 arms x 2 formats x 3 seeds, 5 toy arms x 3 problems; 140-156 s on 2 cores with an
-empty compilation cache, 86 s with a full one; 157 s on a slower 2-core machine, where
-it took 204-209 s before small tensors skipped the finite check of
-`jaxlab.formats._api`), full (every arm, 5 seeds, bigger LM, more steps). Override any
-field, e.g.
+empty compilation cache, 86 s with a full one; 130-157 s on a slower 2-core machine),
+full (every arm, 5 seeds, bigger LM, more steps). Override any field, e.g.
 `--config.train.num_steps=600`.
 """
 

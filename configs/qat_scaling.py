@@ -13,11 +13,10 @@ each linear input (QKV, O, FC1, FC2) in FP32 and W4A4, and the FC2 fix.
 Presets: smoke (used by tests; 2 seeds, 1 one-layer size x 2 budgets x 2 groups,
 compile-dominated), quick (3 paired seeds x 2 sizes x 2 budgets: FP32, W4A4 at
 G = 8 and 32, W4A4 + FC2-INT8 at G = 32; seeds vmapped in one program per
-size; 136-141 s on 2 cores with an empty compilation cache; 163 s on a slower machine,
-178 s there before small tensors skipped the finite check), full (3 seeds x 3 x 3
-x 3 with W4A16 / W16A4 and FC2 reruns at two G; not timed with 3 seeds, expect
-about an hour on idle cores). Every cell of one model size shares one compiled
-program (bits, G and steps are run-time values).
+size; 136-141 s on 2 cores with an empty compilation cache, 163 s on a slower one),
+full (3 seeds x 3 x 3 x 3 with W4A16 / W16A4 and FC2 reruns at two G; not timed
+with 3 seeds, expect about an hour on idle cores). Every cell of one model size
+shares one compiled program (bits, G and steps are run-time values).
 
 The verdict is `config.criteria` below, judged on the per-seed contrasts (see
 `jaxlab.experiments.qat_scaling.measure`). Single-seed history: the one-seed
