@@ -16,14 +16,17 @@ from jaxlab.report.verdict import (
     Criterion,
     CriterionResult,
     Fact,
+    Interpretation,
     criteria_from_config,
+    interpretation,
     judge,
     judge_all,
     row_verdict,
 )
 
 __all__ = [
-    "LEGEND", "VERDICTS", "Criterion", "CriterionResult", "Fact", "ReportRow",
-    "criteria_from_config", "judge", "judge_all", "read_results", "render_report", "row_verdict",
+    "LEGEND", "VERDICTS", "Criterion", "CriterionResult", "Fact", "Interpretation", "ReportRow",
+    "criteria_from_config", "interpretation", "judge", "judge_all", "read_results",
+    "render_report", "row_verdict",
     "save_plot", "seed_summary", "to_jsonable", "verdict", "write_results",
 ]

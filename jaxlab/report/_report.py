@@ -35,6 +35,9 @@ class ReportRow:
       its own verdict.
     facts: properties true by construction (`verdict.Fact` or dicts), reported and
       never judged.
+    interpretations: the row's verdict at each documented reading of a "jaxlab
+      interpretation" knob that decides it (`verdict.Interpretation` or dicts); a
+      default reading's verdict must be the row's.
   """
   method: str
   paper_claim: str
@@ -45,6 +48,7 @@ class ReportRow:
   plots: Sequence[str] = ()
   criteria: Sequence[_verdict.CriterionResult | Mapping[str, Any]] = ()
   facts: Sequence[_verdict.Fact | Mapping[str, Any]] = ()
+  interpretations: Sequence[_verdict.Interpretation | Mapping[str, Any]] = ()
 
   def __post_init__(self):
     if self.verdict not in VERDICTS:
@@ -52,12 +56,19 @@ class ReportRow:
     criteria = tuple(c if isinstance(c, _verdict.CriterionResult)
                      else _verdict.CriterionResult.from_dict(c) for c in self.criteria)
     facts = tuple(f if isinstance(f, _verdict.Fact) else _verdict.Fact(**f) for f in self.facts)
+    readings = tuple(i if isinstance(i, _verdict.Interpretation)
+                     else _verdict.Interpretation(**i) for i in self.interpretations)
     object.__setattr__(self, "criteria", criteria)
     object.__setattr__(self, "facts", facts)
+    object.__setattr__(self, "interpretations", readings)
     object.__setattr__(self, "plots", tuple(self.plots))
     if criteria and self.verdict != (expected := _verdict.row_verdict(criteria)):
       raise ValueError(f"verdict {self.verdict!r} contradicts the criteria, whose row verdict "
                        f"is {expected!r}; pass the verdict `verdict.judge_all` returns")
+    for i in readings:
+      if i.default and i.verdict != self.verdict:
+        raise ValueError(f"the default reading {i.knob}={i.reading} gives {i.verdict!r}, "
+                         f"but the row says {self.verdict!r}")
 
 
 def to_jsonable(x: Any) -> Any:
@@ -155,9 +166,16 @@ LEGEND = (
     "paired difference (or geometric-mean ratio) in the claimed direction; it *held* when it "
     "clears the threshold by more than 2 paired standard errors, *did not hold* when it misses "
     "it by more than that, and is *inconclusive* in between, with fewer than 2 seeds, or (instead "
-    "of held) when a seed's value is missing. A row "
-    "*held* when every primary criterion held, *did not hold* when one failed, *partly held* "
-    "when a majority held and none failed, and is *inconclusive* otherwise. Facts are true by "
+    "of held) when a seed's value is missing. A criterion with a *floor* names a trivial "
+    "reference (chance, a mean predictor, unigram): unless its baseline beats that reference by "
+    "the declared margin (by more than 2 SE), or when both arms are exactly 0, it says *no "
+    "signal*, never held nor failed. A *mechanism* criterion compares the method with the same "
+    "pipeline without the paper's distinctive component, at equal budget. A row *held* when "
+    "every primary criterion held, *did not hold* when one failed, *partly held* when a "
+    "majority held and none failed, *no signal* when every measured primary criterion has no "
+    "signal, and is *inconclusive* otherwise; it is never held or partly held unless a primary "
+    "mechanism criterion held. Where a jaxlab interpretation of an open detail decides a row, "
+    "the row's verdict at each documented reading is listed under it. Facts are true by "
     "construction and are reported, not judged.")
 
 
@@ -175,22 +193,37 @@ def _threshold_text(c: Mapping[str, Any]) -> str:
   return f"> {0.0 if t is None else t:+g}{unit}"
 
 
+def _floor_text(c: Mapping[str, Any]) -> str:
+  """The floor column: the reference, the baseline's lead over it, and whether it counts."""
+  if not c.get("floor"):
+    return ""
+  lead = _verdict.format_effect(dict(c, effect=c.get("floor_effect"), se=c.get("floor_se")))
+  margin = _threshold_text(dict(c, threshold=c.get("floor_margin")))
+  status = {True: "signal", False: "no signal"}.get(c.get("signal"), "undecided")
+  return (f"{c['floor']} = {_fmt(c.get('reference_mean'))}; baseline lead {lead}, "
+          f"needs {margin}: {status}")
+
+
 def _criteria_lines(report: Mapping[str, Any]) -> list[str]:
-  """The per-criterion table and the facts of one row, as markdown lines."""
+  """The per-criterion table, the interpretation lines and the facts of one row."""
   lines = []
   criteria = report.get("criteria") or []
   if criteria:
     lines += ["| criterion | claim (paper) | metric | better | ours / baseline (mean) | "
-              "effect ± SE (measured, + = claimed direction) | needs effect | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
+              "effect ± SE (measured, + = claimed direction) | needs effect | floor | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for c in criteria:
-      name = c.get("name", "") + ("" if c.get("primary", True) else " (secondary)")
+      tags = [t for t, on in (("mechanism", c.get("mechanism")),
+                              ("secondary", not c.get("primary", True))) if on]
+      name = c.get("name", "") + (f" ({', '.join(tags)})" if tags else "")
       means = (f"{_fmt(c.get('method_mean'))} / {_fmt(c.get('baseline_mean'))}"
                if c.get("baseline_mean") is not None else "")
       lines.append("| " + " | ".join(_cell(x) for x in (
           name, c.get("claim", ""), c.get("metric", ""), c.get("direction", ""),
-          means, _verdict.format_effect(c), _threshold_text(c), c.get("verdict", ""))) + " |")
+          means, _verdict.format_effect(c), _threshold_text(c), _floor_text(c),
+          c.get("verdict", ""))) + " |")
     lines.append("")
+  lines += _interpretation_lines(report.get("interpretations") or [])
   for f in report.get("facts") or []:
     unit = f" {f['unit']}" if f.get("unit") else ""
     lines.append(f"- fact (by construction, not judged): {f.get('statement', f.get('name', ''))}"
@@ -198,6 +231,18 @@ def _criteria_lines(report: Mapping[str, Any]) -> list[str]:
   if report.get("facts"):
     lines.append("")
   return lines
+
+
+def _interpretation_lines(readings: Sequence[Mapping[str, Any]]) -> list[str]:
+  """One line per knob: the row's verdict at each of its documented readings."""
+  knobs: dict[str, list[str]] = {}
+  for i in readings:
+    tags = ", ".join(t for t in ("default" if i.get("default") else "", i.get("source", "")) if t)
+    effect = f" ({i['mechanism_effect']})" if i.get("mechanism_effect") else ""
+    knobs.setdefault(i["knob"], []).append(
+        f"`{i['reading']}`" + (f" [{tags}]" if tags else "") + f" → {i['verdict']}{effect}")
+  lines = [f"- interpretation `{knob}`: " + "; ".join(parts) for knob, parts in knobs.items()]
+  return lines + [""] if lines else []
 
 
 def render_report(entries: Sequence[tuple[str, str, dict[str, Any]]], path: str,

@@ -37,15 +37,21 @@ def test_render_escapes_and_links(tmp_path):
 
 def _judged_row():
   crits = [V.Criterion("bpb", "ours is 0.5 bits/byte lower", "val bits/byte", "lower",
-                       threshold=0.5, unit="bits/byte"),
+                       threshold=0.5, unit="bits/byte", mechanism=True, floor="unigram",
+                       floor_margin=0.25),
            V.Criterion("speed", "2x faster", "s/step", "lower", kind="ratio", threshold=2.0,
                        primary=False)]
   # bpb: 1.0 lower on every seed (held); speed: 1.25x, short of 2x on every seed (failed,
   # but secondary, so the row still held).
-  verdict, results = V.judge_all(crits, {"bpb": ([2.0, 2.1, 1.9], [3.0, 3.1, 2.9]),
+  verdict, results = V.judge_all(crits, {"bpb": ([2.0, 2.1, 1.9], [3.0, 3.1, 2.9],
+                                                 [4.0, 4.0, 4.0]),
                                          "speed": ([0.8, 0.8, 0.8], [1.0, 1.0, 1.0])})
   facts = [V.Fact("bytes", "no master copy: bytes per parameter", 9, "B")]
-  return report.ReportRow("M", "claim", "3.0", "2.0", verdict, criteria=results, facts=facts)
+  readings = [V.Interpretation("model.rule", "paper", verdict, "bpb +1", default=True,
+                               source="the paper"),
+              V.Interpretation("model.rule", "ours", "did not hold", "bpb -0.1")]
+  return report.ReportRow("M", "claim", "3.0", "2.0", verdict, criteria=results, facts=facts,
+                          interpretations=readings)
 
 
 def test_row_verdict_must_match_its_criteria():
@@ -55,11 +61,20 @@ def test_row_verdict_must_match_its_criteria():
     report.ReportRow("M", "claim", "3.0", "2.0", "partly held", criteria=row.criteria)
 
 
+def test_default_reading_must_be_the_rows_verdict():
+  row = _judged_row()
+  wrong = V.Interpretation("model.rule", "paper", "did not hold", default=True)
+  with pytest.raises(ValueError, match="default reading"):
+    report.ReportRow("M", "claim", "3.0", "2.0", row.verdict, criteria=row.criteria,
+                     interpretations=[wrong])
+
+
 def test_row_round_trips_through_results_json(tmp_path):
   row = _judged_row()
   report.write_results(str(tmp_path), {"report": row})
   back = report.ReportRow(**report.read_results(str(tmp_path))["report"])
   assert back.criteria == row.criteria and back.facts == row.facts
+  assert back.interpretations == row.interpretations
   assert json.loads(json.dumps(report.to_jsonable(back))) == report.to_jsonable(row)
 
 
@@ -69,9 +84,12 @@ def test_render_shows_each_criterion_and_the_legend(tmp_path):
                                    str(tmp_path / "REPORT.md"))).read()
   assert report.LEGEND in text
   lines = text.splitlines()
-  bpb = next(line for line in lines if line.startswith("| bpb |"))
+  bpb = next(line for line in lines if line.startswith("| bpb (mechanism) |"))
   assert "+1 ± " in bpb and "bits/byte (n=3)" in bpb and bpb.endswith("| held |")
   assert "2 / 3" in bpb  # ours / baseline means
+  assert "unigram = 4; baseline lead +1 ± " in bpb and "needs > +0.25 bits/byte: signal" in bpb
+  assert ("- interpretation `model.rule`: `paper` [default, the paper] → held (bpb +1); "
+          "`ours` → did not hold (bpb -0.1)") in lines
   speed = next(line for line in lines if line.startswith("| speed (secondary) |"))
   assert "1.25x" in speed and "> 2x" in speed and speed.endswith("| did not hold |")
   assert "- fact (by construction, not judged): no master copy: bytes per parameter: 9 B" in text

@@ -16,9 +16,11 @@ import pytest
 from jaxlab.report import verdict as V
 
 
-def _crit(direction="higher", threshold=None, kind="difference", primary=True, name="c"):
+def _crit(direction="higher", threshold=None, kind="difference", primary=True, name="c",
+          mechanism=True, **floor):
   return V.Criterion(name=name, claim="the method is better", metric="score",
-                     direction=direction, threshold=threshold, primary=primary, kind=kind)
+                     direction=direction, threshold=threshold, primary=primary, kind=kind,
+                     mechanism=mechanism, **floor)
 
 
 # ----------------------------------------------------------------------------- one criterion
@@ -178,7 +180,8 @@ def test_from_config_rejects_unknown_and_missing_fields():
 def test_criteria_declared_in_a_config_and_overridden():
   config = ml_collections.ConfigDict()
   config.criteria = dict(
-      gain=dict(claim="better by 0.5", metric="score", direction="higher", threshold=0.5),
+      gain=dict(claim="better by 0.5", metric="score", direction="higher", threshold=0.5,
+                mechanism=True),
       aux=dict(claim="not slower", metric="s/step", direction="lower", primary=False))
   config.lock()
   measured = {"gain": ([2.0, 1.9, 2.1], [1.0, 1.0, 1.0]), "aux": [0.5, 0.6, 0.4]}
@@ -189,7 +192,8 @@ def test_criteria_declared_in_a_config_and_overridden():
   config.criteria.gain.threshold = 2.0  # what `--config.criteria.gain.threshold=2` does
   assert V.judge_all(config.criteria, measured)[0] == "did not hold"
   # The list form, as in `config.criteria = [dict(name=..., ...)]`.
-  listed = [dict(name="gain", claim="c", metric="m", direction="higher", threshold=0.5)]
+  listed = [dict(name="gain", claim="c", metric="m", direction="higher", threshold=0.5,
+                 mechanism=True)]
   assert V.judge_all(listed, {"gain": {"method": [2.0, 1.9, 2.1],
                                        "baseline": [1.0, 1.0, 1.0]}})[0] == "held"
 
@@ -208,13 +212,15 @@ def test_judge_all_guards():
 # ----------------------------------------------------------------------------- rows
 
 
-def _r(verdict, primary=True):
+def _r(verdict, primary=True, mechanism=False):
   return V.CriterionResult(
       name="c", claim="", metric="", direction="higher", kind="difference", threshold=0.0,
-      primary=primary, effect=None, se=None, n=3, n_missing=0, verdict=verdict)
+      primary=primary, effect=None, se=None, n=3, n_missing=0, verdict=verdict,
+      mechanism=mechanism)
 
 
-H, F, U, N = "held", "did not hold", "inconclusive", "not measured"  # U: undecided
+H, F, U, N, S = "held", "did not hold", "inconclusive", "not measured", "no signal"
+# U: undecided; S: no signal. The first primary criterion of each case is the mechanism one.
 
 
 @pytest.mark.parametrize("primary, secondary, expected", [
@@ -229,10 +235,141 @@ H, F, U, N = "held", "did not hold", "inconclusive", "not measured"  # U: undeci
     ([U], [H, H], "inconclusive"),                # ... nor do secondary successes
     ([N, N], [H], "not measured"),
     ([], [], "not measured"),
+    ([S, S], [H], "no signal"),                   # every primary has no signal
+    ([S, N], [], "no signal"),
+    ([H, S], [], "inconclusive"),                 # no signal is never held ...
+    ([H, H, S], [], "partly held"),
+    ([S, F], [], "did not hold"),                 # ... and a failure still decides
 ])
 def test_row_rules(primary, secondary, expected):
-  results = [_r(v) for v in primary] + [_r(v, primary=False) for v in secondary]
+  results = ([_r(v, mechanism=i == 0) for i, v in enumerate(primary)]
+             + [_r(v, primary=False) for v in secondary])
   assert V.row_verdict(results) == expected
+
+
+@pytest.mark.parametrize("mechanism, others, expected", [
+    (U, [H, H, H], "inconclusive"),   # the rest held, but the paper's component did not
+    (S, [H, H, H], "inconclusive"),
+    (H, [H, H, U], "partly held"),
+    (H, [H, H, H], "held"),
+    (F, [H, H, H], "did not hold"),
+])
+def test_no_row_holds_without_its_mechanism(mechanism, others, expected):
+  results = [_r(mechanism, mechanism=True)] + [_r(v) for v in others]
+  assert V.row_verdict(results) == expected
+  # A held mechanism criterion that is only secondary does not count.
+  secondary_only = [_r(H, primary=False, mechanism=True)] + [_r(v) for v in others]
+  assert V.row_verdict(secondary_only) in ("inconclusive", "did not hold")
+  # No mechanism criterion at all: never held.
+  assert V.row_verdict([_r(H), _r(H)]) == "inconclusive"
+
+
+def test_only_non_mechanism_criteria_improve_is_not_held():
+  # The row's side criteria clear their thresholds by a mile on every seed; the
+  # mechanism ablation (method vs the same pipeline without the component) moves by
+  # noise only: +0.01, -0.02, +0.01 -> the row is not held.
+  crits = [_crit(name="mech", mechanism=True),
+           _crit(name="vs_other_a", mechanism=False),
+           _crit(name="vs_other_b", mechanism=False)]
+  row, results = V.judge_all(crits, {
+      "mech": ([0.51, 0.48, 0.51], [0.50, 0.50, 0.50]),
+      "vs_other_a": ([0.9, 0.91, 0.92], [0.5, 0.5, 0.5]),
+      "vs_other_b": ([0.9, 0.91, 0.92], [0.6, 0.6, 0.6])})
+  assert [r.verdict for r in results] == ["inconclusive", "held", "held"]
+  assert row == "inconclusive"
+
+
+# ----------------------------------------------------------------------------- floors
+
+
+def test_both_arms_at_the_reference_is_no_signal():
+  # Exact match 0.0 vs 0.0 under a non-inferiority margin used to pass as "held".
+  nonin = _crit(threshold=-0.02)
+  r = V.judge(nonin, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+  assert r.verdict == "no signal"
+  # Both arms at a constant chance level, declared as the floor.
+  chance = _crit(threshold=-0.02, floor="chance", floor_value=0.25)
+  assert V.judge(chance, [0.25, 0.25, 0.25], [0.25, 0.25, 0.25]).verdict == "no signal"
+  row, _ = V.judge_all([nonin], {"c": ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])})
+  assert row == "no signal"
+
+
+def test_baseline_at_chance_is_no_signal_even_when_the_method_wins():
+  # Pose error in degrees, chance = 90: the baseline sits at 88-91, the method at 80-84.
+  c = _crit(direction="lower", floor="chance", floor_value=90.0, floor_margin=5.0)
+  r = V.judge(c, [80.0, 84.0, 82.0], [88.0, 91.0, 90.0])
+  assert r.verdict == "no signal" and r.signal is False
+  assert r.reference_mean == pytest.approx(90.0)
+  assert r.floor_effect == pytest.approx(90.0 - 89.666666, abs=1e-5)  # lead, signed: lower
+  # Once the baseline leaves chance by more than the margin, the comparison is judged.
+  clear = V.judge(c, [40.0, 44.0, 42.0], [60.0, 61.0, 59.0])
+  assert clear.verdict == "held" and clear.signal is True
+  failing = V.judge(c, [70.0, 71.0, 69.0], [60.0, 61.0, 59.0])
+  assert failing.verdict == "did not hold"
+
+
+def test_floor_with_a_measured_reference_per_seed():
+  # bits/byte against unigram measured per seed; the baseline beats it by ~1.0 > margin 0.5.
+  c = _crit(direction="lower", floor="unigram", floor_margin=0.5)
+  r = V.judge_all([c], {"c": ([2.0, 2.1, 1.9], [2.5, 2.6, 2.4], [3.5, 3.6, 3.4])})[1][0]
+  assert r.signal is True and r.verdict == "held"
+  assert V.judge_all([c], {"c": {"method": [2.0, 2.1, 1.9], "baseline": [3.4, 3.6, 3.5],
+                                 "reference": [3.5, 3.6, 3.4]}})[1][0].verdict == "no signal"
+  # A margin the lead misses by less than its noise is not a signal either.
+  noisy = V.judge(c, [2.0, 2.1, 1.9], [3.0, 2.6, 3.1], [3.5, 3.6, 3.4])
+  assert noisy.verdict == "no signal"
+
+
+def test_ratio_floor():
+  # Speed-up over the default: the baseline must be >= 1.1x the default's (lower time).
+  c = _crit(direction="lower", kind="ratio", floor="default config", floor_value=1.0,
+            floor_margin=1.1)
+  assert V.judge(c, [0.5, 0.5, 0.5], [0.99, 1.0, 1.01]).verdict == "no signal"
+  assert V.judge(c, [0.5, 0.5, 0.5], [0.7, 0.71, 0.69]).verdict == "held"
+
+
+def test_one_seed_leaves_the_floor_undecided():
+  c = _crit(floor="chance", floor_value=0.0)
+  r = V.judge(c, [1.0], [0.5])
+  assert r.signal is None and r.verdict == "inconclusive"
+
+
+def test_floor_declaration_errors():
+  with pytest.raises(ValueError, match="named floor"):
+    _crit(floor_value=0.5)
+  with pytest.raises(ValueError, match="floor_margin.*finite"):
+    _crit(floor="chance", floor_margin=math.nan)
+  with pytest.raises(ValueError, match="measured per seed"):
+    V.judge(_crit(floor="unigram"), [1.0, 2.0], [1.0, 2.0])
+  with pytest.raises(ValueError, match="no floor declared"):
+    V.judge(_crit(), [1.0, 2.0], [1.0, 2.0], [0.0, 0.0])
+  with pytest.raises(ValueError, match="separately"):
+    V.judge(_crit(floor="chance", floor_value=0.0), [1.0, 2.0])
+  with pytest.raises(ValueError, match="pair seed by seed"):
+    V.judge(_crit(floor="chance"), [1.0, 2.0], [1.0, 2.0], [0.0])
+
+
+def test_floor_declared_in_a_config():
+  config = ml_collections.ConfigDict()
+  config.criteria = dict(acc=dict(claim="beats the ablation", metric="accuracy",
+                                  direction="higher", mechanism=True, floor="chance",
+                                  floor_value=0.1, floor_margin=0.05))
+  (c,) = V.criteria_from_config(config.criteria)
+  assert (c.floor, c.floor_value, c.floor_margin, c.mechanism) == ("chance", 0.1, 0.05, True)
+
+
+# ----------------------------------------------------------------------------- readings
+
+
+def test_interpretation_reports_each_reading():
+  crits = [_crit(name="mech")]
+  paper = V.interpretation("rule", "paper", crits, {"mech": ([2.0, 2.1, 1.9], [1.0] * 3)},
+                           default=True, source="the paper")
+  other = V.interpretation("rule", "ours", crits, {"mech": ([0.5, 0.6, 0.4], [1.0] * 3)})
+  assert (paper.verdict, other.verdict) == ("held", "did not hold")
+  assert paper.mechanism_effect.startswith("mech +1 ± ")
+  with pytest.raises(ValueError, match="verdict"):
+    V.Interpretation("k", "r", verdict="great")
 
 
 def test_result_round_trips_through_json():
