@@ -88,12 +88,12 @@ def get_config(arg=None):
           claim=rec_claim.format(b=name) + ("" if primary else f"; {who}"),
           metric="recovery time after each abrupt change, % of training",
           direction="lower", threshold=2.0, kind="ratio", primary=primary,
-          unit="% of T")
+          unit="% of T", mechanism=True)  # the same agent; only the temperature rule differs
       config.criteria[f"{prefix}degradation_vs_{b}"] = dict(
           claim=deg_claim.format(b=name) + ("" if primary else f"; {who}"),
           metric="degradation after each abrupt change (fraction of pre-drift "
                  "normalised return lost)",
-          direction="lower", threshold=0.0, primary=primary, unit="")
+          direction="lower", threshold=0.0, primary=primary, unit="", mechanism=True)
     # Smooth drift modes have no change point: nAUC under drift is the only
     # measure there (a diagnostic, not the paper's headline metric).
     config.criteria[f"nauc_drift_vs_{b}"] = dict(

@@ -68,6 +68,7 @@ def get_config(arg=None):
   # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
   config.criteria = ml_collections.ConfigDict(dict(
       hr_over_frozen=dict(
+          mechanism=True,  # the same frozen recommender without the request-aware masks
           claim="CRAMER beats the frozen backbone on request-bearing steps (paper +.15 HR@10)",
           metric="HR@10 (1 + 100 sampled), request-bearing test steps, CRAMER minus frozen",
           direction="higher", threshold=0.03, unit="HR@10"),

@@ -48,9 +48,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   order = "expected order FP32 < MixFP4 <~ NVFP4 < MXFP4 (spec, not the paper's numbers)"
   c.criteria = ml_collections.ConfigDict(dict(
       w4a16_mix_vs_nv=dict(
+          mechanism=True,  # MixFP4 is NVFP4 plus the per-block FP4 / INT4 choice
           claim=claim + " (weight-only PTQ)", metric="tiny-LM val bits/byte, W4A16 PTQ, "
           "MixFP4 vs NVFP4", direction="lower", threshold=0.0, primary=True, unit="bits/byte"),
       w4a4_mix_vs_nv=dict(
+          mechanism=True,  # MixFP4 is NVFP4 plus the per-block FP4 / INT4 choice
           claim=claim + " (weights and activations)", metric="tiny-LM val bits/byte, W4A4 PTQ, "
           "MixFP4 vs NVFP4", direction="lower", threshold=0.0, primary=True, unit="bits/byte"),
       w4a16_nv_vs_mx=dict(

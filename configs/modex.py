@@ -38,6 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   ood = "OOD AUROC, mean over training variants x OOD sets (near 6-9, noise, permuted)"
   c.criteria = ml_collections.ConfigDict(dict(
       modex_vs_fedl=dict(
+          mechanism=True,  # F-EDL is MoDEX with one shared tau instead of per-expert tau_k
           claim="OOD detection with EU: MoDEX >= F-EDL (spec: ordering MoDEX >= F-EDL > EDL)",
           metric=f"{ood}, EU score", direction="higher", threshold=0.0, unit="AUROC"),
       fedl_vs_edl=dict(

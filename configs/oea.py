@@ -73,6 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
           "most max_ce_increase relative)", direction="lower", kind="ratio",
           threshold=1.0 / (1.0 + max_ce_increase), primary=True),
       beats_pruned=dict(
+          mechanism=True,  # OEA is pruned top-k0 plus piggybacking on experts the batch already activates
           claim="pruned top-k0 degrades where OEA does not (Tables 1-2: pruned / OEA at k0=3, "
           "AIME24 51.2 / 80.0)", metric="val cross-entropy, OEA vs pruned top-k0 (same k0)",
           direction="lower", kind="difference", threshold=0.0, primary=True,

@@ -68,6 +68,7 @@ def get_config(arg=None):
           metric="snippet AUC, G-OPL(k=small_k) + OPL minus no projection",
           direction="higher", threshold=-0.01, unit="AUC"),
       opl_probe_weaker=dict(
+          mechanism=True,  # G-OPL's projection against OPL alone
           claim="plain OPL lowers the face probe only slightly; G-OPL far more",
           metric="face-probe accuracy, G-OPL(k=small_k) + OPL minus OPL(k=small_k)",
           direction="lower", threshold=0.20, unit="accuracy"),

@@ -62,11 +62,13 @@ def get_config(arg=None):
   # PSNR are means over K = 1..max_refs of the per-seed means over the test objects.
   config.criteria = ml_collections.ConfigDict(dict(
       pose_extrap=dict(
+          mechanism=True,  # the same in-context DiT with 2-D RoPE in place of SAPE
           claim="SAPE gives better pose accuracy than a 2-D RoPE + adaLN pose baseline, most "
                 "of all on extrapolated poses",
           metric="pose error (degrees) on the extrapolated yaw sector, SAPE minus 2-D RoPE",
           direction="lower", threshold=0.0, unit="deg"),
       pose_interp=dict(
+          mechanism=True,  # the same in-context DiT with 2-D RoPE in place of SAPE
           claim="SAPE gives better pose accuracy than 2-D RoPE + adaLN on held-out poses",
           metric="pose error (degrees) on interpolated held-out yaws, SAPE minus 2-D RoPE",
           direction="lower", threshold=0.0, unit="deg"),

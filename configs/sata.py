@@ -62,19 +62,22 @@ def get_config(arg=None):
       learning_rate=1e-2, schedule="warmup_cosine", warmup_steps=20, end_frac=0.1))
 
   # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
-  def vs(arm, metric, direction, claim, primary=False, threshold=0.0, unit="cm"):
+  def vs(arm, metric, direction, claim, primary=False, threshold=0.0, unit="cm",
+         mechanism=False):
     return dict(claim=claim, metric=metric, direction=direction, threshold=threshold,
-                primary=primary, unit=unit)
+                primary=primary, unit=unit, mechanism=mechanism)
 
   jp = "retargeting joint-position error vs the hidden pair (cm), biped -> quadruped"
   config.criteria = ml_collections.ConfigDict(dict(
       retarget_vs_gnn_only=vs(
           "gnn_only", f"{jp}: sata minus gnn_only", "lower",
           "SATA's zero-shot cross-species error is far below the SAME-like GNN's "
-          "(34.6 vs 398 JP)", primary=True),
+          "(34.6 vs 398 JP)", primary=True,
+          mechanism=True),  # the same topology encoder without the FiLM + text conditioning
       retarget_vs_no_text=vs(
           "no_text", f"{jp}: sata minus no_text", "lower",
-          "joint text semantics lower cross-species error", primary=True),
+          "joint text semantics lower cross-species error", primary=True,
+          mechanism=True),  # the same autoencoder without the joint descriptions
       retarget_vs_no_film=vs(
           "no_film", f"{jp}: sata minus no_film", "lower",
           "FiLM modulation beats concatenation (fusion ablation)"),

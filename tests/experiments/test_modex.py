@@ -105,7 +105,9 @@ def test_criteria_inconclusive_inside_the_noise():
                            "edl": (0.90, 0.91, 0.89), "softmax": (0.90, 0.90, 0.91)})
   verdict, results = report.judge_all(config.criteria, modex.measure(summary, ("standard",)))
   assert {r.name: r.verdict for r in results}["modex_vs_fedl"] == "inconclusive"
-  assert verdict == "partly held"  # 2 of 3 primary held, none failed
+  # 2 of 3 primary held and none failed, but the one that did not is the mechanism
+  # (MoDEX against F-EDL, its own special case): the row is not partly held.
+  assert verdict == "inconclusive"
   summary = _fake_summary({"modex": (0.950, 0.930, 0.968), "fedl": (0.950, 0.940, 0.970),
                            "edl": (0.952, 0.935, 0.966), "softmax": (0.95, 0.94, 0.96)})
   verdict, _ = report.judge_all(config.criteria, modex.measure(summary, ("standard",)))

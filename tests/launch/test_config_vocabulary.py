@@ -11,6 +11,7 @@ config may hide a learning rate under another name.
 
 import pytest
 
+from jaxlab.report import criteria_from_config
 from jaxlab.train import AXES
 from launch.configs import config_names, load_config
 
@@ -107,3 +108,14 @@ def test_config_speaks_the_vocabulary(name, preset):
 def test_every_experiment_config_is_checked():
   from jaxlab.experiments import REGISTRY
   assert set(REGISTRY) <= set(config_names())
+
+
+@pytest.mark.parametrize("name", [n for n in config_names() if not n.startswith("bench_")])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_row_tests_its_mechanism(name, preset):
+  # A row is held only through a primary criterion that compares the method with the
+  # same pipeline without the paper's distinctive component (jaxlab.report.verdict):
+  # a config without one could never hold, whatever it measured.
+  crits = criteria_from_config(load_config(name, preset).criteria)
+  assert [c.name for c in crits if c.primary and c.mechanism], (
+      f"configs/{name}.py:{preset} declares no primary criterion with mechanism=True")
