@@ -14,6 +14,13 @@ Methods: "kernelband" (systems.md 3a), baselines "bon", "greedy", "egreedy", abl
 "no_mask", "k1", "heuristic_strategy" (`jaxlab.autotune.benchmark`). Every [I]/[O] choice of
 the spec is a knob under `config.kernelband` (jaxlab interpretation where marked).
 
+Criteria: the primary mechanism criterion is the paper's own comparison (Table 1), KernelBand
+vs best-of-N with the same proposer, evaluator and budget. The one component ablation the paper
+reports with a number (Table 4: the bandit vs letting the LLM pick the strategy) is primary too;
+the mask and clustering ablations are mechanism criteria but secondary, since the paper names
+them as its key mechanisms without a per-component number. Every speedup comparison counts only
+when its baseline beats the default config (1.0x) by 5 % (the floor).
+
 Expected result: per method and budget, geo-mean speedup over the default config, Fast@1,
 Correct % and simple regret vs the exhaustive oracle, mean +- std over paired seeds; the
 criteria below are judged whatever the outcome.
@@ -44,37 +51,51 @@ def get_config(arg=None):
   config.timing = ml_collections.ConfigDict(dict(
       enabled=True, op="matmul", shape=(256, 512, 256), dtype="float32", budget=10, repeats=5))
 
+  # Floor: the default config (speedup 1.0x). A baseline arm whose geo-mean speedup over the
+  # default is not above 1.05x (5 %, above the cost model's 3 % timing noise) found nothing to
+  # compare against, so its criterion is `no signal`.
+  floor = dict(floor="default config", floor_value=1.0, floor_margin=1.05)
   config.criteria = ml_collections.ConfigDict(dict(
       speedup_vs_bon=dict(
-          claim="KernelBand beats best-of-N at equal budget (Table 1: 1.45-1.91x vs 0.96-0.99x)",
-          metric="geo-mean speedup over the default at T = criteria_budget, KernelBand / BoN",
-          direction="higher", kind="ratio", threshold=1.0, unit="x"),
+          claim="KernelBand beats best-of-N at equal budget (Table 1: 1.45-1.91x vs 0.96-0.99x "
+                "geo-mean speedup at T = 20)",
+          metric="geo-mean speedup over the default at T = criteria_budget, KernelBand / BoN "
+                 "(the same proposer, evaluator and budget without the bandit)",
+          direction="higher", kind="ratio", threshold=1.0, unit="x", mechanism=True, **floor),
       speedup_vs_greedy=dict(
-          claim="KernelBand has the best sample efficiency (vs greedy refinement)",
+          claim="KernelBand beats iterative refinement of the best kernel (Table 1: +21-43 % "
+                "over GEAK; greedy refinement of the fastest config stands in for GEAK)",
           metric="geo-mean speedup at T = criteria_budget, KernelBand / greedy",
-          direction="higher", kind="ratio", threshold=1.0, unit="x"),
+          direction="higher", kind="ratio", threshold=1.0, unit="x", **floor),
       speedup_vs_egreedy=dict(
           claim="KernelBand has the best sample efficiency (vs e-greedy over strategies)",
           metric="geo-mean speedup at T = criteria_budget, KernelBand / e-greedy",
-          direction="higher", kind="ratio", threshold=1.0, unit="x"),
+          direction="higher", kind="ratio", threshold=1.0, unit="x", **floor),
       regret_vs_best_baseline=dict(
           claim="KernelBand reaches the oracle fastest",
           metric="mean simple regret at T = criteria_budget, KernelBand minus the best "
-                 "baseline of the same seed",
-          direction="lower", threshold=0.0, unit="regret"),
+                 "baseline of the same seed (floor: the default config's regret, which the best "
+                 "baseline must undercut by 0.05)",
+          direction="lower", threshold=0.0, unit="regret", floor="default config",
+          floor_margin=0.05),
       mask_helps=dict(
-          claim="removing the hardware mask hurts", primary=False,
+          claim="the hardware-aware pruning (mask) is one of the two key mechanisms (abstract); "
+                "removing it hurts (no per-component number available)",
+          primary=False, mechanism=True,
           metric="geo-mean speedup at T = criteria_budget, KernelBand / no-mask",
-          direction="higher", kind="ratio", threshold=1.0, unit="x"),
+          direction="higher", kind="ratio", threshold=1.0, unit="x", **floor),
       clustering_helps=dict(
-          claim="removing clustering (K = 1) hurts", primary=False,
+          claim="runtime-behaviour clustering is one of the two key mechanisms (abstract); "
+                "removing it (K = 1) hurts (no per-component number available)",
+          primary=False, mechanism=True,
           metric="geo-mean speedup at T = criteria_budget, KernelBand / K = 1",
-          direction="higher", kind="ratio", threshold=1.0, unit="x"),
+          direction="higher", kind="ratio", threshold=1.0, unit="x", **floor),
       bandit_beats_heuristic_strategy=dict(
-          claim="the bandit picks strategies better than a heuristic (Table 4: 1.57x vs 0.97x)",
-          primary=False,
-          metric="geo-mean speedup at T = criteria_budget, KernelBand / heuristic strategy",
-          direction="higher", kind="ratio", threshold=1.0, unit="x")))
+          claim="the bandit picks strategies better than the LLM does (Table 4: 1.57x vs 0.97x)",
+          mechanism=True,
+          metric="geo-mean speedup at T = criteria_budget, KernelBand / heuristic strategy "
+                 "(fastest parent, strategy for its most-headroom resource)",
+          direction="higher", kind="ratio", threshold=1.0, unit="x", **floor)))
 
   if preset == "smoke":
     config.seeds = (0, 1, 2)

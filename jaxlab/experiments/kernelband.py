@@ -40,8 +40,19 @@ def _kb(config) -> dict:
   return kb
 
 
-def _measure(summ: dict, methods: list[str], bi: int) -> dict:
-  """Per-seed values of each declared criterion at budget index bi."""
+def _measure(summ: dict, methods: list[str], bi: int, default_regret: float) -> dict:
+  """Per-seed values of each declared criterion at budget index bi.
+
+  Args:
+    summ: method -> `benchmark.summarize` output.
+    methods: the methods that ran.
+    bi: index of the judged budget in the config's budgets.
+    default_regret: the default config's mean simple regret over the tasks, the floor's
+      reference for the regret criterion (the speedup criteria's floor is the constant 1.0x).
+
+  Returns:
+    criterion name -> (method, baseline) or (method, baseline, reference) per seed.
+  """
   def gm(m):
     return np.asarray(summ[m]["geomean_speedup"])[:, bi]
 
@@ -57,7 +68,8 @@ def _measure(summ: dict, methods: list[str], bi: int) -> dict:
   base = [m for m in benchmark.BASELINES if m in methods]
   if base:
     best = np.min([np.asarray(summ[m]["regret"])[:, bi] for m in base], axis=0)
-    measured["regret_vs_best_baseline"] = (np.asarray(summ[METHOD]["regret"])[:, bi], best)
+    measured["regret_vs_best_baseline"] = (np.asarray(summ[METHOD]["regret"])[:, bi], best,
+                                           np.full(len(best), default_regret))
   return measured
 
 
@@ -116,6 +128,9 @@ def run(config, workdir: str) -> dict:
   kb = _kb(config)
   ev = cost_model.CostModelEvaluator(config.noise)
   oracle = {t.name: ev.oracle(t)[1] for t in tasks}
+  default_regret = float(np.mean([
+      ev.true_time(t, space.default_config(t, ev.device_kind(t))) / oracle[t.name] - 1.0
+      for t in tasks]))
 
   cache = jaxlab.train.ArmCache(workdir)
   shared = jaxlab.train.config_hash([t.name for t in tasks], config.seeds, config.budgets,
@@ -130,7 +145,8 @@ def run(config, workdir: str) -> dict:
     per_method[m] = cache.get_or_run(m, jaxlab.train.config_hash(shared, m), go)
   summ = {m: benchmark.summarize(r) for m, r in per_method.items()}
   bi = budgets.index(int(config.criteria_budget))
-  row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(summ, methods, bi))
+  row_verdict, criteria = jaxlab.report.judge_all(
+      config.criteria, _measure(summ, methods, bi, default_regret))
 
   table = _tuning_table(tasks, kb, max(budgets), seeds[0], config.noise)
   tuning_path = os.path.join(workdir, "tuning.json")
