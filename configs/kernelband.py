@@ -45,9 +45,14 @@ def get_config(arg=None):
   config.kernelband = ml_collections.ConfigDict(dict(
       num_clusters=3, tau=10, c=2.0,
       theta_sat=75.0,               # % (scalar; a 3-tuple gives one per resource)
-      parent_temperature=1.0,       # jaxlab interpretation: softmax over headroom in %
+      # The authors' code (ucb.py sample_from_cluster): softmax over headroom in % at
+      # temperature 1, only cluster representatives profiled. Other readings below.
+      parent_rule="code", parent_temperature=1.0,
       mu0=0.5, n0=1.0, kmeans_seed=42, kmeans_iters=50,
       epsilon=0.1))                 # of the e-greedy baseline
+  # Parent rules also judged for the report (`kernelband.PARENT_RULES`; "" for none): the
+  # verdict at each reading is an interpretation line.
+  config.parent_rule_readings = "all_profiled,uniform,fastest"
   config.timing = ml_collections.ConfigDict(dict(
       enabled=True, op="matmul", shape=(256, 512, 256), dtype="float32", budget=10, repeats=5))
 

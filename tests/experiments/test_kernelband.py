@@ -19,6 +19,11 @@ def test_smoke_run_writes_table_tuning_file_and_resumes(tmp_path):
   assert report["verdict"] in VERDICTS
   assert {c["name"] for c in report["criteria"]} == set(config.criteria)
   assert all(c["n"] == len(config.seeds) for c in report["criteria"])
+  readings = [i["reading"] for i in report["interpretations"]]
+  assert readings == ["code", *split_names(config.parent_rule_readings)]
+  default = [i for i in report["interpretations"] if i["default"]]
+  assert len(default) == 1 and default[0]["verdict"] == report["verdict"]
+  assert "authors' code" in default[0]["source"]
   for m in split_names(config.methods):
     regret = np.asarray(on_disk["summary"][m]["regret"])
     assert regret.shape == (len(config.seeds), len(config.budgets))
