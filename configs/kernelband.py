@@ -4,10 +4,12 @@ Command:
   python -m launch.main --config=configs/kernelband.py:quick --workdir=runs/kernelband
 
 Presets:
-  smoke  12 tasks (one device), 3 seeds, budgets T = 5 / 10 (a few seconds).
+  smoke  12 tasks (one device), 3 seeds, budgets T = 5 / 10, one other parent rule (a few
+         seconds).
   quick  36 tasks (12 op/shape pairs x TPU v5e, H100, H200), 5 seeds, T = 10 / 20 / 50, every
-         method; plus a CPU timing run of KernelBand on one XLA-level blocked matmul
-         (~30 CPU s).
+         method, and KernelBand, no-mask and K = 1 again at each other parent rule (the
+         interpretation lines); plus a CPU timing run of KernelBand on one XLA-level blocked
+         matmul (~55 CPU s in all).
   full   the same with T up to 100.
 
 Methods: "kernelband" (systems.md 3a), baselines "bon", "greedy", "egreedy", ablations
@@ -108,6 +110,7 @@ def get_config(arg=None):
     config.budgets = (5, 10)
     config.criteria_budget = 10
     config.timing.enabled = False
+    config.parent_rule_readings = "fastest"  # one reading keeps the path tested and cheap
   elif preset == "full":
     config.budgets = (10, 20, 50, 100)
   return config
