@@ -14,6 +14,7 @@ from jaxlab.autotune.kernelband import (
     SearchResult,
     hardware_mask,
     kmeans_pp,
+    parent_probabilities,
     reward,
     run_search,
     ucb_scores,
@@ -28,6 +29,6 @@ __all__ = [
     "DEVICES", "STRATEGIES", "CostModelEvaluator", "DeviceSpec", "KernelBand", "KernelBandPolicy",
     "LLMProposer", "LocalProposer", "Measurement", "SearchResult", "Task", "TimingEvaluator",
     "baselines", "benchmark", "cost_model", "hardware_mask", "kernelband", "kmeans_pp",
-    "parse_config", "proposers", "reward", "run_search", "space", "timing", "ucb_scores",
-    "ucb_select", "ucb_update",
+    "parent_probabilities", "parse_config", "proposers", "reward", "run_search", "space", "timing",
+    "ucb_scores", "ucb_select", "ucb_update",
 ]

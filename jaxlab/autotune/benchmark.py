@@ -37,7 +37,7 @@ def make_policy(method: str, kb: dict) -> kernelband.Policy:
   if method == "kernelband":
     return kernelband.KernelBandPolicy(**kb)
   if method == "no_mask":
-    return kernelband.KernelBandPolicy(**{**kb, "theta_sat": float("inf")})
+    return kernelband.KernelBandPolicy(**{**kb, "mask": False})
   if method == "k1":
     return kernelband.KernelBandPolicy(**{**kb, "num_clusters": 1})
   if method == "bon":

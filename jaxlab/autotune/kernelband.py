@@ -2,18 +2,28 @@
 
 A frontier P of valid candidates (seeded with the default config), K
 behavioural clusters of P (K-means++ on z-scored features phi), and a K x S
-bandit over (cluster, strategy) arms:
+bandit over (cluster, strategy) arms. Each iteration follows the authors'
+`kernelband/agents/optim_agent.py: OptimAgent.run`, phases 0-4:
 
-1. re-cluster every `tau` iterations once |P| >= 2K, counted from the last
-   clustering (the code's deviation D1); until then every member is in
-   cluster 0 and the other clusters are empty;
-2. mask M[i, s] = h(rep_i)[target(s)] < theta_sat, rep_i the member nearest
-   cluster i's centroid; a cluster whose strategies are all masked unmasks
-   those of its most-headroom resource; empty clusters are fully masked;
-3. select the masked-UCB arm argmax mu + c sqrt(ln t / N);
-4. draw the parent in cluster i by a softmax over headroom theta_sat - h[target(s)];
-5. the proposer edits the parent with strategy s; the evaluator measures it;
-6. reward max(0, (T_parent - T_child) / T_parent), 0 for an invalid child,
+1. re-cluster once |P| >= 2K and then every `tau` iterations counted from the
+   last clustering (the code's deviation D1); until the first clustering every
+   member is in cluster 0 and the other clusters are empty; a child joins the
+   cluster of the arm that produced it;
+2. profile each cluster's representative (`clustering.py:
+   get_cluster_representative`: the member nearest the centroid in raw phi,
+   or the fastest member before any clustering); a profiled kernel keeps its
+   hardware signature h, the others have none (the code runs NCU only on
+   representatives);
+3. mask M[i, s] = h(rep_i)[target(s)] < theta_sat (`masking.py`); a cluster
+   whose strategies are all masked gets one back; empty clusters are masked;
+4. select the masked-UCB arm argmax mu + c sqrt(ln t / N), t = max(rounds, 1)
+   (`ucb.py: UCBSelector.select`, paper Eq. 3);
+5. draw the parent in cluster i by a softmax over V_hw = theta_sat -
+   h[target(s)] in percent at temperature 1, a kernel without a hardware
+   signature scoring 0 (`ucb.py: UCBSelector.sample_from_cluster`; the
+   `parent_rule` knob keeps other readings);
+6. the proposer edits the parent with strategy s; the evaluator measures it;
+7. reward max(0, (T_parent - T_child) / T_parent), 0 for an invalid child,
    and the arm is updated either way (D2); a valid child joins P.
 
 Example:
@@ -101,17 +111,73 @@ def kmeans_pp(x: Float[np.ndarray, "p f"], k: int, *, seed: int = 42,
 def hardware_mask(h_rep: Float[np.ndarray, "k 3"], nonempty: Bool[np.ndarray, "k"],
                   theta_sat: Float[np.ndarray, "3"],
                   targets: Sequence[int] = tuple(space.STRATEGY_TARGET)) -> np.ndarray:
-  """M[i, s] = h_rep[i, target(s)] < theta_sat[target(s)]; all-masked rows unmask the strategies
-  of their most-headroom resource; empty clusters are fully masked."""
+  """The hardware mask M [k, s] of each cluster's representative signature.
+
+  Follows the authors' `kernelband/mab/masking.py: HardwareMasker.compute_masks`:
+  M[i, s] = h_rep[i, target(s)] < theta_sat[target(s)]. A cluster with every
+  strategy masked gets exactly one back, as `_find_least_saturated_strategy`
+  picks it: the first strategy with the largest headroom theta - h, searched
+  from a best headroom of -1, so when every headroom is <= -1 points it is
+  strategy 0. Empty clusters are masked entirely (`optim_agent.py`, phase 0).
+
+  Args:
+    h_rep: each cluster's representative utilisation [compute, DRAM, capacity] in %.
+    nonempty: whether each cluster has a member.
+    theta_sat: the saturation threshold in %, one per resource (or a scalar).
+    targets: the resource each strategy targets (`space.STRATEGY_TARGET`).
+
+  Returns:
+    Bool [k, s]: True where the arm may be played.
+
+  Example:
+    >>> m = hardware_mask(np.array([[90.0, 80.0, 60.0]]), np.array([True]), np.full(3, 75.0))
+    >>> m.astype(int).tolist()
+    [[1, 0, 0, 0, 0, 0]]
+  """
   targets = np.asarray(targets)
   h_rep, theta = np.asarray(h_rep, float), np.broadcast_to(np.asarray(theta_sat, float), (3,))
+  if h_rep.ndim != 2 or h_rep.shape[1] != 3:
+    raise ValueError(f"h_rep must be [clusters, 3], got shape {h_rep.shape}")
   mask = h_rep[:, targets] < theta[targets]
   for i in range(len(mask)):
     if not mask[i].any():
-      best = int(np.argmax(theta - h_rep[i]))
-      mask[i] = targets == best
+      headroom = theta[targets] - h_rep[i, targets]
+      mask[i, int(np.argmax(headroom)) if headroom.max() > -1.0 else 0] = True
   mask[~np.asarray(nonempty, bool)] = False
   return mask
+
+
+def parent_probabilities(v_hw: Float[np.ndarray, "p"], profiled: Bool[np.ndarray, "p"],
+                         temperature: float = 1.0) -> Float[np.ndarray, "p"]:
+  """Probabilities of each cluster member to be the parent: softmax(V / temperature).
+
+  Follows the authors' `kernelband/mab/ucb.py: UCBSelector.sample_from_cluster`:
+  V = V_hw(k, s) = theta_sat - h(k)[target(s)] (in percent, as NCU reports it)
+  for a member with a hardware signature, 0 ("neutral") for one without.
+
+  Args:
+    v_hw: each member's headroom theta_sat - h[target] in % (ignored where not profiled).
+    profiled: whether each member has a hardware signature.
+    temperature: the softmax temperature (the code's `within_cluster_temperature`, 1.0).
+
+  Returns:
+    Probabilities [p] summing to 1.
+
+  Example:
+    >>> parent_probabilities(np.array([1.0, 50.0]), np.array([True, False])).round(3).tolist()
+    [0.731, 0.269]
+  """
+  v_hw, profiled = np.asarray(v_hw, float), np.asarray(profiled, bool)
+  if v_hw.ndim != 1 or v_hw.shape != profiled.shape or not len(v_hw):
+    raise ValueError(f"v_hw and profiled must be equal-length non-empty vectors, got shapes "
+                     f"{v_hw.shape} and {profiled.shape}")
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
+  v = np.where(profiled, v_hw, 0.0) / temperature
+  if not np.all(np.isfinite(v)):
+    raise ValueError(f"v_hw must be finite where profiled, got {v_hw}")
+  p = np.exp(v - v.max())
+  return p / p.sum()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,28 +241,51 @@ class Policy(abc.ABC):
     """Learns from a reward; the baselines do not learn, so the default does nothing."""
 
 
+# How the parent is drawn within the chosen cluster (the `parent_rule` knob).
+PARENT_RULES = ("code", "all_profiled", "uniform", "fastest")
+
+
 class KernelBandPolicy(Policy):
-  """Clusters + hardware mask + masked UCB + softmax-over-headroom parent (module docstring).
+  """Clusters + hardware mask + masked UCB + the parent rule (module docstring).
 
   Args:
     num_clusters: K (3 in the code; 1 = the "no clustering" ablation).
     tau: re-clustering period (D1: counted from the last clustering).
     c: UCB exploration constant (2.0).
     theta_sat: saturation threshold in %, a scalar or one per resource
-      (compute, DRAM, capacity); inf = the "no mask" ablation.
-    parent_temperature: softmax temperature over headroom in % (jaxlab
-      interpretation: the code's temperature 1 on NCU percentages).
+      (compute, DRAM, capacity); 75 in the code.
+    mask: apply the hardware mask (False = the "no mask" ablation: every arm of
+      a non-empty cluster stays playable; the parent rule still uses theta_sat).
+    parent_rule: how the parent is drawn within the chosen cluster:
+      "code" (default, the authors' `ucb.py: sample_from_cluster`): softmax over
+        V_hw = theta_sat - h[target] in % at `parent_temperature`, where only
+        kernels that were once a cluster representative carry a signature and
+        the others score 0;
+      "all_profiled" (jaxlab interpretation, this module's earlier reading): the
+        same softmax with every kernel profiled;
+      "uniform" (jaxlab interpretation): uniform over the cluster;
+      "fastest" (the code's fallback without hardware signatures): the fastest
+        member.
+    parent_temperature: softmax temperature over headroom in % (1.0 in the code).
     mu0, n0: initial mean reward (0.5) and visit count (1) of every arm.
-    kmeans_seed, kmeans_iters: K-means++ seed (42) and Lloyd iterations (50).
+    kmeans_seed, kmeans_iters: K-means++ seed (42) and Lloyd iterations (50); the
+      seed restarts at each clustering (the code keeps one generator running).
   """
 
   def __init__(self, *, num_clusters: int = 3, tau: int = 10, c: float = 2.0,
-               theta_sat: float | Sequence[float] = 75.0, parent_temperature: float = 1.0,
+               theta_sat: float | Sequence[float] = 75.0, mask: bool = True,
+               parent_rule: str = "code", parent_temperature: float = 1.0,
                mu0: float = 0.5, n0: float = 1.0, kmeans_seed: int = 42, kmeans_iters: int = 50):
     if num_clusters < 1 or tau < 1 or c < 0 or parent_temperature <= 0:
       raise ValueError("need num_clusters >= 1, tau >= 1, c >= 0 and parent_temperature > 0")
-    self.k, self.tau, self.c = int(num_clusters), int(tau), float(c)
+    if parent_rule not in PARENT_RULES:
+      raise ValueError(f"parent_rule must be one of {PARENT_RULES}, got {parent_rule!r}")
     self.theta = np.broadcast_to(np.asarray(theta_sat, float), (3,)).copy()
+    if not np.all(np.isfinite(self.theta)):
+      raise ValueError(f"theta_sat must be finite (mask=False is the no-mask ablation), "
+                       f"got {theta_sat}")
+    self.k, self.tau, self.c = int(num_clusters), int(tau), float(c)
+    self.use_mask, self.parent_rule = bool(mask), parent_rule
     self.temp, self.mu0, self.n0 = float(parent_temperature), float(mu0), float(n0)
     self.kmeans_seed, self.kmeans_iters = kmeans_seed, kmeans_iters
 
@@ -205,62 +294,82 @@ class KernelBandPolicy(Policy):
     s = len(space.STRATEGIES)
     self.mu = np.full((self.k, s), self.mu0)
     self.n = np.full((self.k, s), self.n0)
-    self.t = 1
-    self.labels: list[int] = []
-    self.centroids = None
-    self.norm = None
+    self.t = 0                      # rounds played (the code's total_t)
+    self.labels: list[int] = []     # cluster of each frontier member
+    self.profiled: list[bool] = []  # whether each member has a hardware signature
+    self.centroids = None           # [k, 5] in raw phi, as the code denormalises them
     self.last_cluster = None
 
-  def _assign(self, phi: np.ndarray) -> int:
-    if self.centroids is None:
-      return 0
-    z = (phi - self.norm[0]) / self.norm[1]
-    return int(np.argmin(((self.centroids - z) ** 2).sum(-1)))
+  def _track(self, frontier: list[Entry], cluster: int) -> None:
+    """New frontier members join `cluster` unprofiled (the code: the arm's cluster)."""
+    while len(self.labels) < len(frontier):
+      self.labels.append(cluster)
+      self.profiled.append(False)
 
   def _maybe_recluster(self, frontier: list[Entry], step: int) -> None:
-    while len(self.labels) < len(frontier):  # new members join their nearest cluster
-      self.labels.append(self._assign(frontier[len(self.labels)].phi))
     due = self.last_cluster is None or step - self.last_cluster >= self.tau
-    if self.k > 1 and len(frontier) >= 2 * self.k and due:
+    if len(frontier) >= 2 * self.k and due:
       phi = np.array([e.phi for e in frontier])
       mean, std = phi.mean(0), phi.std(0)
-      std = np.where(std > 0, std, 1.0)
-      labels, self.centroids = kmeans_pp((phi - mean) / std, self.k, seed=self.kmeans_seed,
-                                         iters=self.kmeans_iters)
-      self.norm = (mean, std)
+      std = np.where(std < 1e-8, 1.0, std)
+      labels, cent = kmeans_pp((phi - mean) / std, self.k, seed=self.kmeans_seed,
+                               iters=self.kmeans_iters)
+      self.centroids = cent * std + mean
       self.labels = [int(v) for v in labels]
       self.last_cluster = step
 
-  def _mask(self, frontier: list[Entry]) -> np.ndarray:
-    labels = np.array(self.labels)
-    h_rep = np.zeros((self.k, 3))
-    nonempty = np.zeros(self.k, bool)
+  def _representatives(self, frontier: list[Entry]) -> list[int | None]:
+    """Each cluster's representative index (None if empty), profiled from now on."""
+    labels, reps = np.array(self.labels), []
     for i in range(self.k):
       idx = np.flatnonzero(labels == i)
       if len(idx) == 0:
+        reps.append(None)
         continue
-      nonempty[i] = True
       if self.centroids is None:
-        rep = idx[int(np.argmin([frontier[j].time for j in idx]))]
+        key = [frontier[j].time for j in idx]
       else:
-        z = (np.array([frontier[j].phi for j in idx]) - self.norm[0]) / self.norm[1]
-        rep = idx[int(np.argmin(((z - self.centroids[i]) ** 2).sum(-1)))]
-      h_rep[i] = frontier[rep].h
-    return hardware_mask(h_rep, nonempty, self.theta)
+        key = [np.linalg.norm(frontier[j].phi - self.centroids[i]) for j in idx]
+      rep = int(idx[int(np.argmin(key))])
+      self.profiled[rep] = True
+      reps.append(rep)
+    return reps
+
+  def parent_distribution(self, frontier: list[Entry], cluster: int,
+                          strategy: int) -> tuple[np.ndarray, np.ndarray]:
+    """(member indices, probabilities) of the parent draw in `cluster` under `parent_rule`."""
+    idx = np.flatnonzero(np.array(self.labels) == cluster)
+    if len(idx) == 0:  # the code falls back to the whole frontier
+      idx = np.arange(len(frontier))
+    target = space.STRATEGY_TARGET[strategy]
+    profiled = np.array([self.profiled[j] for j in idx])
+    fastest = np.zeros(len(idx))
+    fastest[int(np.argmin([frontier[j].time for j in idx]))] = 1.0
+    if self.parent_rule == "fastest" or (self.parent_rule == "code" and not profiled.any()):
+      return idx, fastest
+    if self.parent_rule == "uniform":
+      return idx, np.full(len(idx), 1.0 / len(idx))
+    if self.parent_rule == "all_profiled":
+      profiled = np.ones(len(idx), bool)
+    v = np.array([self.theta[target] - frontier[j].h[target] for j in idx])
+    return idx, parent_probabilities(v, profiled, self.temp)
 
   def choose(self, frontier, step):
+    self._track(frontier, 0)  # the seed kernel(s) start in cluster 0
     self._maybe_recluster(frontier, step)
-    mask = self._mask(frontier)
-    i, s = ucb_select(self.mu, self.n, self.t, self.c, mask)
-    idx = np.flatnonzero(np.array(self.labels) == i)
-    target = space.STRATEGY_TARGET[s]
-    v = np.array([self.theta[target] - frontier[j].h[target] for j in idx]) / self.temp
-    if not np.all(np.isfinite(v)):  # no mask (theta = inf): the fastest member
-      return int(idx[np.argmin([frontier[j].time for j in idx])]), s, i
-    p = np.exp(v - v.max())
-    return int(self.rng.choice(idx, p=p / p.sum())), s, i
+    reps = self._representatives(frontier)
+    nonempty = np.array([r is not None for r in reps])
+    if self.use_mask:
+      h_rep = np.array([frontier[r].h if r is not None else np.zeros(3) for r in reps])
+      mask = hardware_mask(h_rep, nonempty, self.theta)
+    else:
+      mask = np.repeat(nonempty[:, None], len(space.STRATEGIES), 1)
+    i, s = ucb_select(self.mu, self.n, max(self.t, 1), self.c, mask)
+    idx, p = self.parent_distribution(frontier, i, s)
+    return int(self.rng.choice(idx, p=p)), s, i
 
   def update(self, frontier, cluster, strategy, r, child):
+    self._track(frontier, cluster)
     ucb_update(self.mu, self.n, (cluster, strategy), r)
     self.t += 1
 

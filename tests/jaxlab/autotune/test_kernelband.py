@@ -28,16 +28,84 @@ def test_ucb_select_and_update_match_a_hand_computed_sequence():
   assert kernelband.ucb_select(mu, n, 3, 2.0, mask) == (1, 0)
 
 
-def test_all_masked_cluster_unmasks_its_max_headroom_resource_and_empty_is_masked():
-  h = np.array([[90.0, 80.0, 76.0],     # every resource saturated; capacity has most headroom
-                [10.0, 90.0, 90.0],
+def test_all_masked_cluster_gets_one_strategy_back_as_the_authors_masker_picks_it():
+  # kernelband/mab/masking.py: the first strategy with the most headroom theta - h, searched
+  # from -1, so strategy 0 when every headroom is <= -1 point.
+  h = np.array([[90.0, 75.5, 80.0],     # all saturated; DRAM is 0.5 past theta: vectorization
+                [95.0, 80.0, 90.0],     # all >= 1 point past theta: strategy 0 (tiling)
+                [10.0, 90.0, 90.0],     # compute has headroom: its strategies stay
                 [0.0, 0.0, 0.0]])
-  mask = kernelband.hardware_mask(h, np.array([True, True, False]), np.full(3, 75.0))
-  np.testing.assert_array_equal(mask[0], space.STRATEGY_TARGET == 2)
-  np.testing.assert_array_equal(mask[1], space.STRATEGY_TARGET == 0)
-  assert not mask[2].any()
+  mask = kernelband.hardware_mask(h, np.array([True, True, True, False]), np.full(3, 75.0))
+  np.testing.assert_array_equal(mask[0], [False, True, False, False, False, False])
+  np.testing.assert_array_equal(mask[1], [True, False, False, False, False, False])
+  np.testing.assert_array_equal(mask[2], space.STRATEGY_TARGET == 0)
+  assert not mask[3].any()
   per_resource = kernelband.hardware_mask(h[:1], np.array([True]), np.array([95.0, 70.0, 75.0]))
   np.testing.assert_array_equal(per_resource[0], space.STRATEGY_TARGET == 0)
+
+
+def test_parent_probabilities_match_the_authors_softmax_by_hand():
+  # kernelband/mab/ucb.py sample_from_cluster: exp(V) / sum exp(V), V = theta - h[target] in %
+  # for a profiled kernel and 0 for one without a hardware signature; temperature 1.
+  # V = [75 - 74, 75 - 76, (unprofiled) 0, 75 - 73.5] = [1, -1, 0, 1.5];
+  # exp(V) = [2.718282, 0.367879, 1, 4.481689], sum 8.567850.
+  h_target = np.array([74.0, 76.0, 70.0, 73.5])
+  p = kernelband.parent_probabilities(75.0 - h_target, np.array([True, True, False, True]))
+  np.testing.assert_allclose(p, [0.317265, 0.042937, 0.116715, 0.523082], atol=1e-6)
+  # Temperature 2 halves every V: exp([0.5, -0.5, 0, 0.75]) / 5.372252.
+  p2 = kernelband.parent_probabilities(75.0 - h_target, np.array([True, True, False, True]), 2.0)
+  np.testing.assert_allclose(p2, [0.306896, 0.112901, 0.186142, 0.394062], atol=1e-6)
+  with pytest.raises(ValueError, match="temperature"):
+    kernelband.parent_probabilities(np.zeros(2), np.ones(2, bool), 0.0)
+  with pytest.raises(ValueError, match="non-empty"):
+    kernelband.parent_probabilities(np.zeros(0), np.zeros(0, bool))
+
+
+def _entry(time: float, h_capacity: float) -> kernelband.Entry:
+  return kernelband.Entry(KernelConfig(), time, np.array([50.0, 50.0, h_capacity]), np.zeros(5))
+
+
+def test_parent_draw_follows_the_authors_rule_on_a_hand_worked_frontier():
+  # Four kernels, fewer than 2K = 6, so no clustering yet: all in cluster 0, whose
+  # representative is the fastest kernel (clustering.py get_cluster_representative) and the
+  # only one profiled. Its capacity use 74 % < 75 leaves every arm unmasked; at t = 1 every
+  # UCB score is 0.5, so the first arm wins: (cluster 0, tiling), target capacity.
+  # V = [75 - 74, 0, 0, 0]: p = [e, 1, 1, 1] / (e + 3) = [0.475367, 0.174878 x 3].
+  # (Profiling every kernel would give V = [1, 65, -15, 0]: kernel 1 almost surely.)
+  frontier = [_entry(1.0, 74.0), _entry(2.0, 10.0), _entry(3.0, 90.0), _entry(4.0, 75.0)]
+  pol = kernelband.KernelBandPolicy()
+  pol.reset(np.random.default_rng(0))
+  draws = [pol.choose(frontier, 0) for _ in range(4000)]
+  assert {(s, i) for _, s, i in draws} == {(0, 0)}
+  freq = np.bincount([p for p, _, _ in draws], minlength=4) / len(draws)
+  np.testing.assert_allclose(freq, [0.475367, 0.174878, 0.174878, 0.174878], atol=0.03)
+  # A child joins the cluster of the arm that made it, unprofiled.
+  pol.update(frontier + [_entry(0.5, 20.0)], 2, 0, 0.5, None)
+  assert pol.labels[-1] == 2 and pol.profiled == [True, False, False, False, False]
+
+
+def test_other_parent_rules_and_the_no_mask_ablation():
+  frontier = [_entry(1.0, 74.0), _entry(2.0, 10.0), _entry(3.0, 90.0), _entry(4.0, 75.0)]
+  expected = {"all_profiled": kernelband.parent_probabilities(
+                  np.array([1.0, 65.0, -15.0, 0.0]), np.ones(4, bool)),
+              "uniform": np.full(4, 0.25), "fastest": np.array([1.0, 0, 0, 0])}
+  for rule, p in expected.items():
+    pol = kernelband.KernelBandPolicy(parent_rule=rule)
+    pol.reset(np.random.default_rng(0))
+    pol.choose(frontier, 0)
+    idx, got = pol.parent_distribution(frontier, 0, 0)
+    np.testing.assert_array_equal(idx, np.arange(4))
+    np.testing.assert_allclose(got, p, atol=1e-12)
+  # No mask: a saturated representative (capacity 90 %) no longer masks tiling; the parent
+  # rule keeps its finite theta.
+  pol = benchmark.make_policy("no_mask", {})
+  assert not pol.use_mask and np.all(pol.theta == 75.0)
+  pol.reset(np.random.default_rng(0))
+  assert pol.choose([_entry(1.0, 90.0)], 0)[1:] == (0, 0)
+  with pytest.raises(ValueError, match="parent_rule"):
+    kernelband.KernelBandPolicy(parent_rule="best")
+  with pytest.raises(ValueError, match="theta_sat"):
+    kernelband.KernelBandPolicy(theta_sat=float("inf"))
 
 
 def test_kmeans_pp_is_deterministic_under_a_seed_and_finds_separated_blobs():
@@ -70,7 +138,7 @@ def test_invalid_candidate_gets_zero_reward_and_still_updates_its_arm():
   res = kernelband.run_search(task, pol, cost_model.CostModelEvaluator(), _AlwaysInvalid(),
                               budget=4, seed=0)
   assert [t.ok for t in res.trials] == [False] * 4 and [t.reward for t in res.trials] == [0.0] * 4
-  assert pol.n.sum() == pol.n0 * pol.n.size + 4 and pol.t == 5
+  assert pol.n.sum() == pol.n0 * pol.n.size + 4 and pol.t == 4   # rounds played
   assert len(res.frontier) == 1
   arm = (pol.seen[0][0], pol.seen[0][1])
   assert pol.mu[arm] < 0.5
@@ -81,11 +149,13 @@ def test_kernelband_improves_on_the_default_and_is_reproducible():
   task = space.Task("matmul", (1024, 1024, 1024), "bfloat16", "tpu_v5e")
   ev = cost_model.CostModelEvaluator()
   kb = autotune.KernelBand(ev, autotune.LocalProposer())
-  a, b = kb.search(task, 20, seed=3), kb.search(task, 20, seed=3)
+  # At the quick preset's largest budget; at T = 20 this seed's best measured config is a
+  # 3 % noise draw away from the default, no faster in truth.
+  a, b = kb.search(task, 50, seed=3), kb.search(task, 50, seed=3)
   assert [t.config for t in a.trials] == [t.config for t in b.trials]
-  assert ev.true_time(task, a.best_after(20)) < ev.true_time(task, a.default.config)
+  assert ev.true_time(task, a.best_after(50)) < ev.true_time(task, a.default.config)
   _, t_oracle = ev.oracle(task)
-  assert t_oracle <= ev.true_time(task, a.best_after(20))
+  assert t_oracle <= ev.true_time(task, a.best_after(50))
 
 
 def test_benchmark_has_30_tasks_with_valid_defaults():
@@ -149,4 +219,5 @@ def test_timing_evaluator_times_blocked_matmul_on_cpu_and_checks_correctness():
                     np.random.default_rng(0))
   assert row.ok
   with pytest.raises(ValueError, match="times"):
-    ev.evaluate(space.Task("softmax", (64, 32), "float32", "cpu"), KernelConfig(), np.random.default_rng(0))
+    ev.evaluate(space.Task("softmax", (64, 32), "float32", "cpu"), KernelConfig(),
+                np.random.default_rng(0))
