@@ -66,7 +66,23 @@ def make_arm(name: str, config, **overrides) -> kt.Arm:
 
 
 def reading_runs(config, arms: list[str]) -> dict[str, tuple[str, object, str]]:
-  """{run name: (knob, value, arm)} for every alternative reading in `config.readings`."""
+  """The runs of the alternative readings in `config.readings`.
+
+  Args:
+    config: the experiment's config; `config.readings` maps a knob of `KNOB_ARMS`
+      to its other values.
+    arms: the configured arms (a reading re-runs only those of them its knob changes).
+
+  Returns:
+    {run name "<arm>@<knob>=<value>": (knob, value, arm)}.
+
+  Example:
+    >>> import ml_collections
+    >>> config = ml_collections.ConfigDict(
+    ...     dict(readings=dict(uncertain_norm=("direct",), dura_b=(0.0,))))
+    >>> sorted(reading_runs(config, ["fixed_0.5", "ucpo"]))
+    ['ucpo@dura_b=0.0', 'ucpo@uncertain_norm=direct']
+  """
   runs = {}
   for knob, values in config.get("readings", {}).items():
     if knob not in KNOB_ARMS:
@@ -80,7 +96,19 @@ def reading_runs(config, arms: list[str]) -> dict[str, tuple[str, object, str]]:
 
 
 def reading_source(knob: str, value) -> str:
-  """Where a reading of an interpretation knob comes from (shown in the report)."""
+  """Where a reading of an interpretation knob comes from (shown in the report).
+
+  Args:
+    knob: a key of `config.ucpo`.
+    value: its reading.
+
+  Returns:
+    The source: the paper where it says, else "jaxlab interpretation" and why.
+
+  Example:
+    >>> reading_source("dura_b", 0.0)
+    "jaxlab interpretation: the spec's unverified default, the model-evolution term off"
+  """
   if knob == "uncertain_norm":
     return ("the paper, abstract ('independently normalize deterministic and uncertain "
             "rollouts'); pooling the batch's uncertain rollouts is jaxlab interpretation"
