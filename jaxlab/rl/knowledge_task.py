@@ -282,26 +282,57 @@ class Arm(NamedTuple):
 
   reward_uncertain: GRPO's fixed abstention reward r_u (0 = binary GRPO);
   tad: use TAD + NTF instead of GRPO + dynamic sampling; dura: TAD's uncertain
-  channel from DURA (else the constant `uncertain_advantage`).
+  channel from DURA (else the constant `uncertain_reward`); normalize_uncertain:
+  z-score the uncertain channel over the batch's uncertain rollouts (else use it
+  directly, see `ucpo.tad_advantages`); dura_scale, dura_k, dura_b: DURA's s, k, b.
   """
   reward_uncertain: Array
   tad: Array
   dura: Array
-  uncertain_advantage: Array
+  uncertain_reward: Array
+  normalize_uncertain: Array
+  dura_scale: Array
+  dura_k: Array
+  dura_b: Array
 
 
-def make_arm(kind: str, *, reward_uncertain: float = 0.0,
-             uncertain_advantage: float = 0.0) -> Arm:
-  """An `Arm`: kind "grpo" (with `reward_uncertain` = r_u), "tad" (TAD only) or "ucpo"."""
+def make_arm(kind: str, *, reward_uncertain: float = 0.0, uncertain_reward: float = 0.0,
+             normalize_uncertain: bool = True, dura_scale: float = 1.0, dura_k: float = 2.0,
+             dura_b: float = 2.0) -> Arm:
+  """An `Arm`: kind "grpo" (with `reward_uncertain` = r_u), "tad" (TAD only) or "ucpo".
+
+  Args:
+    kind: "grpo", "tad" or "ucpo".
+    reward_uncertain: GRPO's abstention reward r_u ("grpo" only; 0 = binary GRPO).
+    uncertain_reward: the constant uncertain-channel value of "tad".
+    normalize_uncertain: TAD's uncertain channel z-scored over the batch (the
+      paper's "independently normalize") or used directly (jaxlab interpretation).
+    dura_scale, dura_k, dura_b: DURA's s (finite, >= 0), k and b ("ucpo" only).
+
+  Returns:
+    The arm's arrays.
+
+  Raises:
+    ValueError: an unknown kind, or a DURA scale that is negative or not finite.
+
+  Example:
+    >>> arm = make_arm("ucpo", dura_b=0.0)
+    >>> bool(arm.tad), bool(arm.dura), float(arm.dura_b)
+    (True, True, 0.0)
+  """
   if kind not in ("grpo", "tad", "ucpo"):
     raise ValueError(f"arm kind must be 'grpo', 'tad' or 'ucpo', got {kind!r}")
-  return Arm(jnp.float32(reward_uncertain), jnp.bool_(kind != "grpo"), jnp.bool_(kind == "ucpo"),
-             jnp.float32(uncertain_advantage))
+  if not (np.isfinite(dura_scale) and dura_scale >= 0):
+    raise ValueError(f"dura_scale must be a finite number >= 0, got {dura_scale}")
+  f32 = jnp.float32
+  return Arm(f32(reward_uncertain), jnp.bool_(kind != "grpo"), jnp.bool_(kind == "ucpo"),
+             f32(uncertain_reward), jnp.bool_(normalize_uncertain), f32(dura_scale), f32(dura_k),
+             f32(dura_b))
 
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-  """RL with G samples per prompt; DURA's constants are jaxlab interpretations.
+  """RL with G samples per prompt (the advantage rule and its constants are the `Arm`'s).
 
   Attributes:
     num_steps: RL steps (one batch of `batch_prompts` x `group_size` rollouts each).
@@ -312,7 +343,6 @@ class RLConfig:
     eps_low, eps_high: the surrogate's clip range.
     max_grad_norm: global-norm gradient clip.
     adv_eps: epsilon of the advantage standardisation.
-    dura_scale, dura_k, dura_b: DURA's s, k, b.
     ema_decay: decay of DURA's batch-accuracy EMA g_t.
     num_evals: evaluations along training (`num_steps` must be a multiple).
   """
@@ -325,9 +355,6 @@ class RLConfig:
   eps_high: float = 0.28
   max_grad_norm: float = 1.0
   adv_eps: float = 1e-6
-  dura_scale: float = 1.0
-  dura_k: float = 2.0
-  dura_b: float = 0.0
   ema_decay: float = 0.9
   num_evals: int = 10
 
@@ -369,8 +396,9 @@ def arm_advantages(outcomes: Int[Array, "b g"], arm: Arm, accuracy_ema: Float[Ar
   a_grpo = grpo.group_advantages(rewards, eps=cfg.adv_eps)
   keep_grpo = grpo.dynamic_sampling_mask(rewards)
   a_tad, keep_tad = ucpo.ucpo_advantages(
-      outcomes, accuracy_ema, dura=arm.dura, uncertain_advantage=arm.uncertain_advantage,
-      scale=cfg.dura_scale, k=cfg.dura_k, b=cfg.dura_b, eps=cfg.adv_eps)
+      outcomes, accuracy_ema, dura=arm.dura, uncertain_reward=arm.uncertain_reward,
+      normalize_uncertain=arm.normalize_uncertain, scale=arm.dura_scale, k=arm.dura_k,
+      b=arm.dura_b, eps=cfg.adv_eps)
   return jnp.where(arm.tad, a_tad, a_grpo), jnp.where(arm.tad, keep_tad, keep_grpo)
 
 

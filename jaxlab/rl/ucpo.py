@@ -5,21 +5,26 @@ UCPO (Zeng et al., ICML 2026, arXiv 2601.22648) trains a policy that may answer
 of an abstention's advantage `(r_u - mean_G r) / std_G r` depends on the
 group's accuracy (`grpo.group_advantages`): negative in easy groups (the policy
 learns never to abstain), positive in hard ones (it learns to dodge). UCPO
-decouples the two channels. Everything below beyond that concept is a
+separates deterministic and uncertain rollouts and normalizes each among
+themselves (the paper's abstract). Everything below beyond that concept is a
 **jaxlab interpretation** (the paper's code was not available; see
 `shared/papers/uncertainty_rl.md` §3), and every constant is an argument:
 
   * TAD (`tad_advantages`): the deterministic rollouts D (correct or wrong,
-    rewards 1 / 0) are z-scored among themselves only; every uncertain rollout
-    of the group gets the group's uncertain-channel advantage `a_U`, not a
-    z-score against D.
-  * DURA (`dura_uncertain_advantage`): `a_U = s * tanh(k * (rho_w - rho_c) +
+    rewards 1 / 0) are z-scored among themselves, per group. Every uncertain
+    rollout of a group carries the group's uncertain-channel reward r_U(G);
+    the uncertain rollouts are z-scored among themselves over the batch (the
+    default), or r_U(G) is used as their advantage directly
+    (`normalize_uncertain=False`, the spec's reading).
+  * DURA (`dura_uncertain_advantage`): `r_U(G) = s * tanh(k * (rho_w - rho_c) +
     b * (0.5 - g_t))` with the group's fractions of wrong / correct rollouts
     (instance difficulty) and `g_t`, an EMA over steps of the batch accuracy
-    (model capability, `update_accuracy_ema`). Positive when a prompt is
-    mostly failed, negative when it is mostly solved.
+    (model evolution, `update_accuracy_ema`). Higher for a mostly failed prompt
+    and while the model is weak, lower for a mostly solved prompt and as it
+    improves. Both terms are on by default (k = b = 2).
   * NTF (`ntf_mask`): groups whose G outcomes are all identical carry no
-    contrast and are dropped (DAPO dynamic sampling over ternary outcomes).
+    contrast and are dropped (DAPO dynamic sampling over ternary outcomes); the
+    uncertain channel's statistics are taken over the kept groups.
 
 `ucpo_advantages` combines them; the loss is `grpo.clipped_surrogate_loss`.
 
@@ -27,10 +32,11 @@ Example:
   >>> import jax.numpy as jnp
   >>> from jaxlab.rl import grpo, ucpo
   >>> C, W, U = grpo.CORRECT, grpo.WRONG, grpo.UNCERTAIN
-  >>> outcomes = jnp.array([[C, C, C, W, U, U, C, W]])      # mostly solved
+  >>> outcomes = jnp.array([[C, C, C, W, U, U, C, W],       # mostly solved
+  ...                       [W, W, W, C, U, U, W, W]])      # mostly failed
   >>> adv, keep = ucpo.ucpo_advantages(outcomes, accuracy_ema=0.5)
-  >>> bool(adv[0, 4] < 0), bool(keep[0])                    # abstaining discouraged here
-  (True, True)
+  >>> bool(adv[0, 4] < 0 < adv[1, 4]), keep.tolist()        # abstain where it fails
+  (True, [True, True])
 """
 
 import jax.numpy as jnp
@@ -59,13 +65,16 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
                              accuracy_ema: float | Float[Array, ""], *,
                              scale: float | Float[Array, ""] = 1.0,
                              k: float | Float[Array, ""] = 2.0,
-                             b: float | Float[Array, ""] = 0.0) -> Float[Array, "b"]:
-  """DURA's uncertain-channel advantage per group (jaxlab interpretation).
+                             b: float | Float[Array, ""] = 2.0) -> Float[Array, "b"]:
+  """DURA's uncertain-channel value r_U per group (jaxlab interpretation).
 
-  `a_U = scale * tanh(k * (rho_w - rho_c) + b * (0.5 - accuracy_ema))`: the
-  paper's concept (a gain recomputed per group from its outcome ratios and
-  evolving with the model; a tanh squashing and a smoothing step) with our
-  functional form. The defaults (1, 2, 0) are the spec's and unverified.
+  `r_U = scale * tanh(k * (rho_w - rho_c) + b * (0.5 - accuracy_ema))`: the
+  paper's concept (uncertainty weights adapted "according to model evolution
+  and instance difficulty", abstract; a tanh squashing and a smoothing step in
+  a summary) with our functional form. `tad_advantages` z-scores it over the
+  batch's uncertain rollouts, or uses it as their advantage directly. s = 1
+  and k = 2 are the spec's; the spec's b = 0 would switch the model-evolution
+  term off, so b defaults to k (both terms on, equal gains; unverified).
 
   `scale` and `accuracy_ema` are range-checked when concrete (outside `jit`);
   traced values are not checked. A concrete `b == 0` drops the capability term
@@ -76,10 +85,10 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
     accuracy_ema: the smoothed batch accuracy g_t in [0, 1] (a scalar).
     scale: s, the largest |a_U| (a_U is in (-s, s)); finite and >= 0.
     k: k, gain on the group's difficulty rho_w - rho_c.
-    b: b, gain on the model-capability term 0.5 - g_t (0 turns it off).
+    b: b, gain on the model-evolution term 0.5 - g_t (0 turns it off).
 
   Returns:
-    a_U per group, float32 [b].
+    r_U per group, float32 [b].
 
   Raises:
     ValueError: if `accuracy_ema` is not a scalar, or a concrete `accuracy_ema`
@@ -89,6 +98,8 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
     >>> o = jnp.array([[1, 1, 1, 0], [0, 0, 0, 1]])
     >>> [round(float(a), 3) for a in dura_uncertain_advantage(o, 0.5)]    # tanh(+-1)
     [0.762, -0.762]
+    >>> [round(float(a), 3) for a in dura_uncertain_advantage(o, 0.75)]   # tanh(+-1 - 0.5)
+    [0.462, -0.905]
   """
   if np.ndim(accuracy_ema) != 0:
     raise ValueError(f"accuracy_ema must be a scalar, got shape {np.shape(accuracy_ema)}")
@@ -106,42 +117,84 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
   return scale * jnp.tanh(logit)
 
 
-def tad_advantages(outcomes: Int[Array, "b g"], uncertain_advantage: Float[Array, "b"], *,
+def tad_advantages(outcomes: Int[Array, "b g"], uncertain_reward: Float[Array, "b"], *,
+                   normalize_uncertain: bool | Bool[Array, ""] = True,
+                   pool: Bool[Array, "b"] | None = None,
                    eps: float = 1e-6) -> Float[Array, "b g"]:
-  """Ternary advantage decoupling: D z-scored on its own, U from its own channel.
+  """Ternary advantage decoupling: D and U each normalized among themselves.
 
-  For the deterministic rollouts D (correct: reward 1, wrong: 0) of a group,
-  `A_i = (r_i - mean_D r) / (std_D r + eps)` (population std over D only), so
-  D's advantages have zero mean and unit std whenever D holds both outcomes
-  (all zero when D is one-sided or empty). Each uncertain rollout gets the
-  group's `uncertain_advantage` (DURA's a_U, or a constant for "TAD only").
+  The paper's abstract: TAD "separate[s] and independently normalize[s]
+  deterministic and uncertain rollouts".
+
+  * D (correct: reward 1, wrong: 0), per group: `A_i = (r_i - mean_D r) /
+    (std_D r + eps)` (population std over the group's D only), so D's
+    advantages have zero mean and unit std whenever D holds both outcomes (all
+    zero when D is one-sided or empty). U's rewards never enter D's statistics.
+  * U, `normalize_uncertain=True`: every uncertain rollout of a group carries
+    the group's `uncertain_reward` (DURA's value, or a constant for "TAD
+    only"), so within a group the uncertain rollouts are all alike; they are
+    z-scored among themselves over the batch, i.e. over every uncertain rollout
+    of the groups in `pool`: `A_i = (r_U(G_i) - mean_U r_U) / (std_U r_U + eps)`
+    (population statistics, one term per uncertain rollout). Pooling over the
+    batch is a jaxlab interpretation (the paper's code was not available): it is
+    the only pool in which uncertain rollouts differ. A constant reward gives 0.
+  * U, `normalize_uncertain=False`: `uncertain_reward` is the advantage itself
+    (the spec's reading, `shared/papers/uncertainty_rl.md` §3(a); jaxlab
+    interpretation).
+
+  Non-finite values: a group whose `uncertain_reward` is NaN / Inf gets NaN on
+  its own uncertain rollouts and is left out of the pool, so the others' are
+  unchanged.
 
   Args:
     outcomes: outcome codes [b, g].
-    uncertain_advantage: a_U per group [b].
-    eps: added to D's std; > 0.
+    uncertain_reward: the uncertain channel's value per group [b].
+    normalize_uncertain: True: z-score U over the pool; False: use it directly.
+      May be a traced bool (arms that share one compiled program).
+    pool: the groups whose uncertain rollouts form U's statistics (the groups
+      that are trained on, e.g. `ntf_mask`); None: every group.
+    eps: added to the stds; > 0.
 
   Returns:
     Advantages [b, g].
 
   Example:
-    >>> o = jnp.array([[0, 1, 2, 2]])
-    >>> [[round(float(a), 3) for a in row] for row in tad_advantages(o, jnp.array([0.3]))]
-    [[1.0, -1.0, 0.3, 0.3]]
+    >>> o = jnp.array([[0, 1, 2, 2], [0, 1, 1, 2]])
+    >>> r_u = jnp.array([0.6, -0.2])   # three uncertain rollouts: mean 1/3, std 0.377
+    >>> [[round(float(a), 3) for a in row] for row in tad_advantages(o, r_u)]
+    [[1.0, -1.0, 0.707, 0.707], [1.414, -0.707, -0.707, -1.414]]
+    >>> [round(float(a), 3) for a in tad_advantages(o, r_u, normalize_uncertain=False)[:, -1]]
+    [0.6, -0.2]
   """
   grpo.check_outcomes(outcomes)
-  if np.shape(uncertain_advantage) != np.shape(outcomes)[:1]:
-    raise ValueError(f"uncertain_advantage must have shape [groups] = {np.shape(outcomes)[:1]}, "
-                     f"got {np.shape(uncertain_advantage)}")
+  if np.shape(uncertain_reward) != np.shape(outcomes)[:1]:
+    raise ValueError(f"uncertain_reward must have shape [groups] = {np.shape(outcomes)[:1]}, "
+                     f"got {np.shape(uncertain_reward)}")
+  if pool is not None and np.shape(pool) != np.shape(outcomes)[:1]:
+    raise ValueError(f"pool must have shape [groups] = {np.shape(outcomes)[:1]}, "
+                     f"got {np.shape(pool)}")
   if not eps > 0:
     raise ValueError(f"eps must be > 0, got {eps}")
-  in_d = outcomes != UNCERTAIN
-  r = (outcomes == CORRECT).astype(jnp.float32)
-  n_d = jnp.maximum(in_d.sum(axis=1, keepdims=True), 1)
-  mean_d = jnp.where(in_d, r, 0.0).sum(axis=1, keepdims=True) / n_d
-  var_d = jnp.where(in_d, (r - mean_d) ** 2, 0.0).sum(axis=1, keepdims=True) / n_d
-  a_d = (r - mean_d) / (jnp.sqrt(var_d) + eps)
-  return jnp.where(in_d, a_d, jnp.asarray(uncertain_advantage, jnp.float32)[:, None])
+  a_d = _zscore(outcomes != UNCERTAIN, (outcomes == CORRECT).astype(jnp.float32), eps, axis=1)
+  r_u = jnp.asarray(uncertain_reward, jnp.float32)
+  in_pool = jnp.isfinite(r_u) if pool is None else jnp.asarray(pool, bool) & jnp.isfinite(r_u)
+  in_u = (outcomes == UNCERTAIN) & in_pool[:, None]
+  a_u = _zscore(in_u, jnp.broadcast_to(r_u[:, None], np.shape(outcomes)), eps, axis=None)
+  a_u = jnp.where(normalize_uncertain, a_u[:, 0], r_u)
+  return jnp.where(outcomes != UNCERTAIN, a_d, a_u[:, None])
+
+
+def _zscore(member: Bool[Array, "b g"], x: Float[Array, "b g"], eps: float,
+            axis: int | None) -> Float[Array, "b g"]:
+  """`(x - mean) / (std + eps)` with mean and population std over the members along `axis`.
+
+  Computed for every entry (members or not); entries off the members never
+  reach the statistics, even when they are NaN.
+  """
+  n = jnp.maximum(member.sum(axis=axis, keepdims=True), 1)
+  mean = jnp.where(member, x, 0.0).sum(axis=axis, keepdims=True) / n
+  var = jnp.where(member, (x - mean) ** 2, 0.0).sum(axis=axis, keepdims=True) / n
+  return (x - mean) / (jnp.sqrt(var) + eps)
 
 
 def ntf_mask(outcomes: Int[Array, "b g"]) -> Bool[Array, "b"]:
@@ -174,25 +227,37 @@ def update_accuracy_ema(accuracy_ema: float | Float[Array, ""], outcomes: Int[Ar
 
 def ucpo_advantages(outcomes: Int[Array, "b g"], accuracy_ema: float | Float[Array, ""], *,
                     dura: bool | Bool[Array, ""] = True,
-                    uncertain_advantage: float | Float[Array, ""] = 0.0,
+                    uncertain_reward: float | Float[Array, ""] = 0.0,
+                    normalize_uncertain: bool | Bool[Array, ""] = True,
                     scale: float | Float[Array, ""] = 1.0, k: float | Float[Array, ""] = 2.0,
-                    b: float | Float[Array, ""] = 0.0,
+                    b: float | Float[Array, ""] = 2.0,
                     eps: float = 1e-6) -> tuple[Float[Array, "b g"], Bool[Array, "b"]]:
   """UCPO's advantages and NTF group mask (TAD + DURA; `dura=False`: TAD only).
 
   Args:
     outcomes: outcome codes [b, g].
     accuracy_ema: DURA's g_t (see `update_accuracy_ema`).
-    dura: True: a_U from `dura_uncertain_advantage`; False: the constant
-      `uncertain_advantage` ("TAD only"). May be a traced bool (vmapped arms).
-    uncertain_advantage: a_U when `dura` is False (jaxlab interpretation: a
-      group-independent value, 0 = abstaining neither rewarded nor punished).
+    dura: True: r_U from `dura_uncertain_advantage`; False: the constant
+      `uncertain_reward` ("TAD only"). May be a traced bool (vmapped arms).
+    uncertain_reward: r_U when `dura` is False (jaxlab interpretation: a
+      group-independent value; z-scored over the batch it gives 0, so abstaining
+      is neither rewarded nor punished; used directly it is the advantage).
+    normalize_uncertain: TAD's uncertain channel: z-scored over the kept
+      groups' uncertain rollouts (True), or r_U directly (see `tad_advantages`).
     scale, k, b: DURA's constants (see `dura_uncertain_advantage`).
     eps: TAD's std epsilon.
 
   Returns:
     (advantages [b, g], keep [b]): weight the surrogate by `keep` (NTF).
+
+  Example:
+    >>> o = jnp.array([[0, 0, 0, 1, 2], [1, 1, 1, 0, 2], [0, 1, 2, 2, 2]])
+    >>> adv, keep = ucpo_advantages(o, 0.5)
+    >>> [round(float(a), 2) for a in adv[:, -1]]     # U: z-scored over the batch's five
+    [-1.58, 1.58, 0.0]
   """
+  keep = ntf_mask(outcomes)
   a_dura = dura_uncertain_advantage(outcomes, accuracy_ema, scale=scale, k=k, b=b)
-  a_u = jnp.where(dura, a_dura, jnp.asarray(uncertain_advantage, jnp.float32))
-  return tad_advantages(outcomes, a_u, eps=eps), ntf_mask(outcomes)
+  r_u = jnp.where(dura, a_dura, jnp.asarray(uncertain_reward, jnp.float32))
+  return tad_advantages(outcomes, r_u, normalize_uncertain=normalize_uncertain, pool=keep,
+                        eps=eps), keep
