@@ -18,16 +18,33 @@ def _city(length_scale=3.0, noise=0.0, seed=0):
 def test_recall_at_k_by_hand():
   s = np.array([[0.9, 0.1, 0.0, 0.0],    # rank 0
                 [0.8, 0.5, 0.9, 0.0],    # rank 2
-                [0.0, 0.0, 0.7, 0.7],    # tie: rank 0
+                [0.0, 0.0, 0.7, 0.7],    # a tie counts against the query: rank 1
                 [0.4, 0.3, 0.2, 0.1]])   # rank 3
-  np.testing.assert_array_equal(metrics.ranks(s), [0, 2, 0, 3])
+  np.testing.assert_array_equal(metrics.ranks(s), [0, 2, 1, 3])
   assert metrics.recall_at_k(s, (1, 3), one_percent=True) == {
-      "R@1": 0.5, "R@3": 0.75, "R@1%": 0.5}
+      "R@1": 0.25, "R@3": 0.75, "R@1%": 0.25}
   assert metrics.one_percent_k(256) == 3 and metrics.one_percent_k(10) == 1
   with pytest.raises(ValueError, match="square"):
     metrics.ranks(np.zeros((2, 3)))
   with pytest.raises(ValueError, match="k"):
     metrics.recall_at_k(s, (0,))
+
+
+@pytest.mark.parametrize("n", [2, 7, 300])
+def test_constant_scores_get_no_credit_from_ties(n):
+  # A collapsed model scores every reference alike: each true reference ties with all n - 1
+  # others and ranks last, so R@k is 0 for every k < n (a random ranker would get k / n).
+  s = np.full((n, n), 0.25)
+  np.testing.assert_array_equal(metrics.ranks(s), np.full(n, n - 1))
+  r = metrics.recall_at_k(s, (1, 5, n - 1, n), one_percent=True)
+  assert r["R@1"] == 0.0 and r["R@1%"] == 0.0 and r[f"R@{n - 1}"] == 0.0 and r[f"R@{n}"] == 1.0
+  assert r["R@5"] == (1.0 if n <= 5 else 0.0)
+
+
+def test_a_tie_with_one_other_reference_costs_one_rank():
+  s = np.array([[0.3, 0.3, 0.1], [0.2, 0.6, 0.6], [0.0, 0.9, 0.9]])
+  np.testing.assert_array_equal(metrics.ranks(s), [1, 1, 1])
+  assert metrics.recall_at_k(s, (1, 2)) == {"R@1": 0.0, "R@2": 1.0}
 
 
 def test_spearman_matches_scipy():
