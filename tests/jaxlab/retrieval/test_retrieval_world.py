@@ -149,3 +149,40 @@ def test_infonce_arm_loss_is_sample4geo_infonce(views):
   assert float(eps) == 0.0
   with pytest.raises(ValueError, match="arm"):
     training.make_arm("nope")
+
+
+def test_soft_mean_arm_spreads_the_u_adaptive_mass_evenly_over_the_batch(views):
+  # soft_mean is soft_u without per-example adaptivity: on the same parameters every row's
+  # eps is the batch mean of soft_u's eps_i, so the batch's softening mass is the same.
+  street, sat = views
+  m = model.CVGLModel(hidden=8, embed_dim=8, head_hidden=8)
+  params = jax.jit(m.init)(jax.random.key(0), street, sat)
+  cfg = training.TrainConfig(num_steps=1, num_logs=1, num_hard=2)
+
+  @jax.jit
+  def run(p):
+    out = m.apply(p, street, sat)
+    sims = out.query @ out.reference.T
+    u = nig.nig_uncertainty(out.nig.nig)
+    res = {}
+    for kind in ("epistemic", "aleatoric"):
+      eps_i = 0.3 * losses.squash_uncertainty(u[kind])
+      for name, eps in (("soft_u", eps_i), ("soft_mean", jnp.full_like(eps_i, eps_i.mean()))):
+        t = losses.soft_targets(sims, eps, num_hard=2, temperature=cfg.hard_temperature)
+        want = losses.soft_infonce(logits=out.logit_scale * sims, targets=t).mean()
+        y = training.regression_target(sims, cfg.target)
+        want = want + 0.1 * nig.der_loss(y, out.nig.nig, reg_weight=cfg.der_reg).mean()
+        arm = training.make_arm(name, eps_max=0.3, der_weight=0.1, uncertainty=kind)
+        res[name, kind] = (training.batch_loss(m, p, street, sat, arm, cfg), want, eps_i)
+    return res
+
+  for (name, kind), ((loss, logs), want, eps_i) in run(params).items():
+    np.testing.assert_allclose(loss, want, rtol=1e-5, err_msg=f"{name}, {kind}")
+    np.testing.assert_allclose(logs["eps"], eps_i.mean(), rtol=1e-5)
+    assert float(eps_i.std()) > 1e-4  # u varies over the batch, so the arms differ
+    if name == "soft_mean":
+      assert float(logs["eps_spread"]) < 1e-6
+    else:
+      np.testing.assert_allclose(logs["eps_spread"], eps_i.std(), rtol=1e-4)
+  with pytest.raises(ValueError, match="uncertainty"):
+    training.make_arm("soft_u", uncertainty="both")
