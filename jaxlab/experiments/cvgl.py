@@ -138,6 +138,8 @@ def _arm_table(r: dict, zero_shot: list[str], city_names: list[str], u_kind: str
   t["u_roughness_spearman_by_kind"] = {
       u: {n: seed_summary(r[n][f"spearman_{u}"]) for n in city_names} for u in U_KINDS}
   t["u_roughness_spearman"] = t["u_roughness_spearman_by_kind"][u_kind]["city1"]
+  t["u_rank_spearman"] = seed_summary(r["city1"][f"rank_spearman_{u_kind}"])
+  t["roughness_rank_spearman"] = seed_summary(r["city1"]["roughness_rank_spearman"])
   return t
 
 
@@ -197,9 +199,16 @@ def run(config, workdir: str) -> dict:
       rec = [metrics.recall_at_k(ev["similarities"][i], (1, 5), one_percent=True)
              for i in range(len(seeds))]
       out[name] = {m: [r[m] for r in rec] for m in RECALLS}
+      # Diagnostics: does u follow the realised difficulty (the true reference's rank),
+      # and are rough locations harder to retrieve at all?
+      rank = [metrics.ranks(ev["similarities"][i]) for i in range(len(seeds))]
+      out[name]["roughness_rank_spearman"] = [metrics.spearman(ev["roughness"][i], rank[i])
+                                              for i in range(len(seeds))]
       for u in U_KINDS:
         out[name][f"spearman_{u}"] = [metrics.spearman(ev[u][i], ev["roughness"][i])
                                       for i in range(len(seeds))]
+        out[name][f"rank_spearman_{u}"] = [metrics.spearman(ev[u][i], rank[i])
+                                           for i in range(len(seeds))]
       if name == "city1":
         out["density"] = ev["density"].tolist()
     out["seconds"] = time.time() - start
@@ -278,7 +287,11 @@ def run(config, workdir: str) -> dict:
   lines.append(f"Spearman(u, local roughness) on city 1's held-out area, u = {default_u}: " +
                ", ".join(f"{a} {_pm(table[a]['u_roughness_spearman'], pct=False)}"
                          for a in arms) + " (the NIG head trains only in "
-               "soft_u, soft_mean and der_only).")
+               "soft_u, soft_mean and der_only); Spearman(u, rank of the true reference): " +
+               ", ".join(f"{a} {_pm(table[a]['u_rank_spearman'], pct=False)}" for a in arms) +
+               "; Spearman(roughness, rank of the true reference): " +
+               ", ".join(f"{a} {_pm(table[a]['roughness_rank_spearman'], pct=False)}"
+                         for a in arms) + ".")
   for r in readings[1:]:
     txt = "; ".join(f"{a} same-area R@1 {_pm(tables[r][a]['same_area']['R@1'])} %, cross-city "
                     f"{_pm(tables[r][a]['cross_city']['R@1'])} %, Spearman(u, roughness) "
