@@ -416,7 +416,8 @@ def judge(criterion: Criterion, method: npt.ArrayLike | None,
   if b is not None and b.shape != m.shape:
     raise ValueError(f"Criterion {c.name!r}: method and baseline must pair seed by seed, "
                      f"got {m.shape[0]} and {b.shape[0]} values")
-  r = _reference(c, reference, b, m.shape)
+  # An arm that did not run (method None / no finite seed) is "not measured", floor or not.
+  r = _reference(c, reference, b, m.shape) if np.isfinite(m).any() else None
   ok = np.isfinite(m) if b is None else np.isfinite(m) & np.isfinite(b)
   if r is not None:
     ok &= np.isfinite(r)

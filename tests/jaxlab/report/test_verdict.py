@@ -328,6 +328,13 @@ def test_ratio_floor():
   assert V.judge(c, [0.5, 0.5, 0.5], [0.7, 0.71, 0.69]).verdict == "held"
 
 
+def test_an_unmeasured_floor_criterion_is_not_measured():
+  c = _crit(floor="unigram")
+  assert V.judge(c, None).verdict == "not measured"
+  assert V.judge(c, [None, None], [1.0, 2.0]).verdict == "not measured"
+  assert V.judge_all([c], {})[0] == "not measured"
+
+
 def test_one_seed_leaves_the_floor_undecided():
   c = _crit(floor="chance", floor_value=0.0)
   r = V.judge(c, [1.0], [0.5])
