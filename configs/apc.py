@@ -72,9 +72,14 @@ def get_config(arg=None):
       prefix_len=64, max_target_len=24, num_eval=256, num_tune=256,
       fano_vocab_size=256,    # jaxlab interpretation: V in H*(rho, V) = the byte vocabulary
       thresholds=(0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0),
-      # jaxlab interpretation of the simulated user (spec: C_edit = 2 len + 1, C_fill = len + 1).
+      # jaxlab interpretation of the simulated user, in keystrokes (jaxlab.codecomp.CostModel;
+      # spec: C_edit = 2 len + 1, C_fill = len + 1). A typed byte costs type_cost wherever it
+      # is typed. navigation: "per_region" reaches each edit region once (nav_cost), as a
+      # placeholder span with one Tab; "per_byte" pays nav_cost for every edited byte, so a
+      # missing byte costs twice a byte typed into a placeholder. Both readings are reported.
       costs=ml_collections.ConfigDict(dict(
-          edit_cost=3.0, delete_cost=2.0, insert_cost=2.0, tab_cost=1.0, type_cost=1.0))))
+          nav_cost=1.0, delete_cost=1.0, type_cost=1.0, tab_cost=1.0,
+          navigation="per_region"))))
   # SFT on placeholder targets from the base model's own edit logs (jaxlab interpretation:
   # similarity >= min_similarity keeps a pair; differing spans <= max_span bytes -> <PH>).
   c.sft = ml_collections.ConfigDict(dict(

@@ -333,9 +333,9 @@ def run(config, workdir: str) -> dict:
     lines.append(f"{arm}: {c('rel_cost', False)} / {c('exact')} / {c('similarity')} / "
                  f"{c('ph_rate')} / {c('precision')}.")
   lines.append(
-      f"Costs (jaxlab interpretation): substitute {costs.edit_cost}, delete {costs.delete_cost}, "
-      f"insert {costs.insert_cost}, Tab {costs.tab_cost} per placeholder span, type "
-      f"{costs.type_cost} per filled byte; rho = C_fill/C_edit = {costs.rho:.3f}; H*(rho, V="
+      f"Costs (jaxlab interpretation, in keystrokes): navigate {costs.nav_cost} to each edit "
+      f"{'region' if costs.navigation == 'per_region' else 'byte'}, delete {costs.delete_cost} "
+      f"and type {costs.type_cost} per byte, Tab {costs.tab_cost} per placeholder span; rho = C_fill/C_edit = {costs.rho:.3f}; H*(rho, V="
       f"{config.apc.fano_vocab_size}) = {h_star:.3f} nats; tuned thresholds "
       f"{[s['tuned_threshold'] for s in per_seed]}; SFT pairs kept (similarity >= "
       f"{config.sft.min_similarity}) {[s['sft_pairs'] for s in per_seed]} of "
