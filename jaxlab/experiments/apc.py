@@ -40,6 +40,7 @@ import jax
 import ml_collections
 import numpy as np
 import optax
+from jaxtyping import Int
 
 import jaxlab.report
 import jaxlab.train
@@ -116,12 +117,23 @@ class Suggestion(NamedTuple):
   hard: np.ndarray
 
 
-def trivial_suggestions(hard: np.ndarray) -> dict[str, Suggestion]:
+def trivial_suggestions(hard: Int[np.ndarray, "b n"]) -> dict[str, Suggestion]:
   """The empty suggestion and the single-placeholder one, for completions shaped like `hard`.
 
   Every completion is left for the user to type: from scratch, or after one Tab into
   a placeholder spanning the line. A model's suggestion is worth something only
   where it costs less than the cheaper of the two.
+
+  Args:
+    hard: the hard completions [b, n] (shape, and the reference of precision).
+
+  Returns:
+    {"empty": ..., "all_ph": ...} `Suggestion`s.
+
+  Example:
+    >>> s = trivial_suggestions(np.full((2, 4), 97, np.int32))
+    >>> s["empty"].lengths.tolist(), s["all_ph"].tokens[0, :s["all_ph"].lengths[0]].tolist()
+    ([0, 0], [0])
   """
   b, _ = hard.shape
   return dict(empty=Suggestion(np.zeros_like(hard), np.zeros(b, np.int32), hard),
@@ -185,8 +197,14 @@ def make_stages(config: ml_collections.ConfigDict, model) -> Stages:
                                         malformed_penalty=r.malformed_penalty))
 
 
-def readings(config) -> tuple[str, ...]:
-  """The readings of `apc.costs.navigation` every arm is scored at, the config's first."""
+def readings(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The readings of `apc.costs.navigation` every arm is scored at, the config's first.
+
+  Example:
+    >>> c = ml_collections.ConfigDict(dict(apc=dict(costs=dict(navigation="per_byte"))))
+    >>> readings(c)
+    ('per_byte', 'per_region')
+  """
   own = config.apc.costs.navigation
   return (own,) + tuple(r for r in codecomp.NAVIGATION if r != own)
 
