@@ -43,10 +43,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m launch.bench --out=runs/bench/bench.json
 
-# Executes every notebook in colabs/ on its smoke setting and saves its outputs in place
-# (NOTEBOOKS=quickstart,fp4 runs only those).
+# Executes every notebook in colabs/ and saves its outputs in place: the quick preset's where
+# it takes a few minutes, else the smoke setting's (PRESET=smoke|quick forces one;
+# NOTEBOOKS=quickstart,fp4 runs only those).
 notebooks: $(STAMP)
-	$(BIN)/python -m launch.notebooks $(if $(NOTEBOOKS),--only=$(NOTEBOOKS))
+	$(BIN)/python -m launch.notebooks $(if $(NOTEBOOKS),--only=$(NOTEBOOKS)) $(if $(PRESET),--preset=$(PRESET))
 
 clean:
 	rm -rf runs .pytest_cache

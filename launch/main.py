@@ -1,10 +1,13 @@
 r"""Runs one experiment: `python -m launch.main --config=configs/lm.py:smoke --workdir=W`.
 
-`--config` names a config file and preset (`file.py:preset`); any field can be
-overridden with `--config.a.b=value` (unknown keys are refused with a one-line
-error). The run resumes from `--workdir` if it holds a checkpoint of the same
-config; a workdir of a different config is refused (the differing fields are
-listed) unless `--overwrite` deletes it first (`jaxlab.train.workdir`).
+The same as `jaxlab run lm --preset=smoke --workdir=W`. `--config` names a config
+file and preset (`file.py:preset`); `configs/<name>.py` and `<name>` name the
+config installed with jaxlab, so the command works from any directory. Any field
+can be overridden with `--config.a.b=value`; a bad override is refused with one
+line that names the key and the closest field the config has. The run resumes
+from `--workdir` if it holds a checkpoint of the same config; a workdir of a
+different config is refused (the differing fields are listed) unless
+`--overwrite` deletes it first (`jaxlab.train.workdir`).
 `--jax_distributed` initialises JAX's multi-host runtime first (auto-detected
 cluster, or `--coordinator_address`, `--num_processes`, `--process_id`, which
 imply it); a process that cannot reach the coordinator within
@@ -18,8 +21,10 @@ save, a loss that became non-finite), within seconds: a failure never waits on
 background checkpoint threads for more than `_EXIT_GRACE_S`.
 """
 
+import importlib.util
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -29,11 +34,15 @@ import traceback
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from launch import cpu_devices
+from jaxlab.experiments import REGISTRY
+from jaxlab.presets import PRESETS
+from launch import configs, cpu_devices
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file and preset, e.g. configs/lm.py:quick.",
-    lock_config=True)
+    "config", None, "Experiment config file and preset: configs/NAME.py:PRESET (or NAME:PRESET; "
+    f"from any directory). Experiments: {', '.join(REGISTRY)}. Presets: {', '.join(PRESETS)} "
+    "(default quick). `jaxlab list` gives each one's claim. Override any field with "
+    "--config.a.b=value.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, results.")
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "If --workdir holds a run of a different config, delete its contents "
@@ -62,22 +71,79 @@ _CPU_COLLECTIVES = flags.DEFINE_string(
 _EXIT_GRACE_S = 10.0
 
 
+def _fatal(message: str) -> None:
+  sys.stderr.write(f"FATAL {message}\n")
+  sys.exit(1)
+
+
+def _config_arg(argv: list[str]) -> tuple[int, str] | None:
+  """(index, value) of `--config=value` / `--config value` in `argv`, else None."""
+  for i, arg in enumerate(argv[1:], 1):
+    flag, eq, value = arg.partition("=")
+    if flag in ("--config", "-config"):
+      if eq:
+        return i, value
+      if i + 1 < len(argv):
+        return i + 1, argv[i + 1]
+  return None
+
+
+def _bad_override(argv: list[str], shown: str) -> str | None:
+  """'--config.x=v: <shown> has no field 'x'; did you mean ...' for the first override
+  naming no field of the config, else None (also when the config cannot be loaded)."""
+  found = _config_arg(argv)
+  if found is None:
+    return None
+  path, colon, arg = found[1].partition(":")
+  try:
+    spec = importlib.util.spec_from_file_location("_jaxlab_checked_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(arg) if colon else module.get_config()
+  except Exception:  # a config that does not load: absl's own parse reports it
+    return None
+  for arg_text in argv[1:]:
+    match = re.match(r"^--?(?:no)?config\.([^=]+)", arg_text)
+    if match is None:
+      continue
+    why = configs.missing_field(config, match.group(1))
+    if why is not None:
+      return f"{arg_text}: {shown} has {why}"
+  return None
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's parsing, with an unknown `--config.<key>` as a one-line usage error."""
+  """absl's parsing, with every bad `--config` or `--config.<key>` as one line.
+
+  `--config`'s file is resolved first (`launch.configs.resolve_config_arg`), and the
+  `configs` package is bound to jaxlab's, so a `configs/` folder in the current
+  directory never stands in for it. An override that names no field gets one line
+  with the closest field (ml_collections' own error is a traceback whose message
+  spans lines); an error raised by `get_config` (e.g. an unknown preset) is shown
+  by its last line.
+  """
+  argv = list(argv)
+  found = _config_arg(argv)
+  shown = found[1] if found else ""
+  try:
+    configs.bind_configs_package()
+    if found is not None:
+      argv[found[0]] = argv[found[0]][:len(argv[found[0]]) - len(shown)] + (
+          configs.resolve_config_arg(shown))
+  except (ValueError, ImportError) as e:
+    _fatal(f"Flags parsing error: --config={shown}: {e}")
   try:
     return flags.FLAGS(argv)
-  except flags.Error as e:
-    sys.stderr.write(f"FATAL Flags parsing error: {e}\n")
-    sys.exit(1)
-  except (AttributeError, KeyError) as e:  # config_flags' error for a key the config lacks
-    key = str(e).strip("\"'")
-    bad = [a for a in argv if a.startswith("--config.") and key in a.split("=")[0].split(".")]
-    if not bad:  # not an override's fault (e.g. raised inside get_config): keep the traceback
+  except (flags.Error, AttributeError, KeyError) as e:
+    message = _bad_override(argv, shown)
+    if message is not None:
+      _fatal(f"Flags parsing error: {message}")
+    if not isinstance(e, flags.Error):  # not an override's fault: keep the traceback
       raise
-    sys.stderr.write(f"FATAL Flags parsing error: {' '.join(bad)} "
-                     f"names no field of the config ('{key}' does not exist; overrides can only "
-                     "set fields the config file defines).\n")
-    sys.exit(1)
+    text = str(e)
+    if "Traceback (most recent call last)" in text:  # config_flags wraps get_config's error
+      text = f"--config={shown}: " + re.sub(r"^\w+Error: ", "", text.strip().splitlines()[-1])
+    _fatal(f"Flags parsing error: {text}")
 
 
 def _missing_config_field(e: AttributeError) -> str | None:
@@ -196,6 +262,16 @@ def main(argv):
   print(json.dumps(report.to_jsonable(summary), indent=1, sort_keys=True))
 
 
-if __name__ == "__main__":
+def run(argv: list[str]) -> None:
+  """Runs the launcher on `argv` (argv[0] is the program name); exits the process.
+
+  `jaxlab run` calls this. ml_collections reads `--config.*` overrides from
+  `sys.argv`, so `argv` becomes `sys.argv` first.
+  """
+  sys.argv[:] = argv
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, argv=argv, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+  run(sys.argv)

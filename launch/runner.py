@@ -33,23 +33,28 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
   if unknown:
     raise ValueError(f"Unknown experiments {unknown}; registered: {REGISTRY}")
   entries, failures = [], []
-  for name in names:
-    run_dir = os.path.join(workdir, name)
-    start = time.perf_counter()
-    try:
-      config = load_config(name, preset)
-      share_base_lm(config, workdir, preset)
-      # A workdir of another config is refused, never reported as this one's.
-      train.check_or_write_fingerprint(run_dir, config)
-      results = get(name).run(config, run_dir)
-    except Exception:  # one failed experiment must not hide the others' rows
-      failures.append(name)
-      err = traceback.format_exc()
-      print(err, file=sys.stderr)
-      results = {"report": {"method": name, "verdict": "not measured",
-                            "details": "run failed: " + err.strip().splitlines()[-1]}}
-    print(f"[reproduce] {name}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    entries.append((name, run_dir, results))
+  # Experiment i/N, the last one's time, elapsed and ETA (a bar, or log lines off a terminal).
+  with train.Progress(len(names), desc="reproduce", unit="experiment") as progress:
+    for name in names:
+      run_dir = os.path.join(workdir, name)
+      start = time.perf_counter()
+      try:
+        config = load_config(name, preset)
+        share_base_lm(config, workdir, preset)
+        # A workdir of another config is refused, never reported as this one's.
+        train.check_or_write_fingerprint(run_dir, config)
+        results = get(name).run(config, run_dir)
+      except Exception:  # one failed experiment must not hide the others' rows
+        failures.append(name)
+        err = traceback.format_exc()
+        print(err, file=sys.stderr)
+        results = {"report": {"method": name, "verdict": "not measured",
+                              "details": "run failed: " + err.strip().splitlines()[-1]}}
+      seconds = time.perf_counter() - start
+      print(f"[reproduce] {name}: {seconds:.1f} s", file=sys.stderr)
+      entries.append((name, run_dir, results))
+      progress.set_postfix(last=f"{name} ({seconds:.0f} s)")
+      progress.update()
   path = report.render_report(
       entries, os.path.join(workdir, "REPORT.md"),
       preamble=f"Preset `{preset}`, produced by `python -m launch.reproduce --preset={preset}`.")

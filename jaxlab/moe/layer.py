@@ -35,6 +35,19 @@ Example:
   >>> y, inter = moe.apply({"params": params}, x, mutable=["intermediates"])
   >>> y.shape, sorted(inter["intermediates"])
   ((4, 3, 8), ['active_experts', 'load_balance_loss'])
+
+Flax NNX. The expert weights carry a partitioning annotation ("expert", None, None),
+which `jaxlab.train.state_sharding` reads to shard them over a mesh's 'expert' axis.
+Under flax >= 0.12's eager sharding default, `nnx.bridge.ToNNX(MoE(...))` therefore
+needs a mesh to place them on: initialise it inside `jax.set_mesh(jaxlab.train.make_mesh())`
+(a mesh with the 'expert' axis), or without sharding inside
+`nnx.use_eager_sharding(False)`; outside both, flax raises "An auto mesh context or
+metadata is required".
+  >>> from flax import nnx
+  >>> with nnx.use_eager_sharding(False):
+  ...   layer = nnx.bridge.lazy_init(nnx.bridge.ToNNX(moe, rngs=nnx.Rngs(0)), x)
+  >>> layer(x).shape
+  (4, 3, 8)
 """
 
 import dataclasses

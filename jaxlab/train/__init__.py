@@ -20,6 +20,7 @@ from jaxlab.train.mesh import (
     use_cpu_devices,
 )
 from jaxlab.train.metrics import MetricWriter, progress, read_metrics
+from jaxlab.train.progress_display import Progress
 from jaxlab.train.schedules import make_schedule, warmup_cosine
 from jaxlab.train.state import TrainState, create_train_state, make_train_step
 from jaxlab.train.workdir import (
@@ -32,7 +33,7 @@ from jaxlab.train.workdir import (
 __all__ = [
     "AXES", "AheadCompiled", "ArmCache", "CheckpointMismatchError", "CheckpointSaveError",
     "Checkpointer", "CompileAhead",
-    "MetricWriter", "NonFiniteLossError", "TrainState", "WorkdirConfigError", "batch_sharding",
+    "MetricWriter", "NonFiniteLossError", "Progress", "TrainState", "WorkdirConfigError", "batch_sharding",
     "check_config", "check_or_write_fingerprint", "config_fingerprint", "config_hash",
     "create_train_state", "fsdp_sharding", "make_mesh", "make_schedule", "make_train_step",
     "progress", "read_metrics", "replicated", "reuse_freed_memory", "state_sharding", "train_loop",
