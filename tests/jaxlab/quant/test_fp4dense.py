@@ -184,3 +184,22 @@ def test_fp4dense_init_and_errors():
     layer.apply({"params": params}, jnp.ones((2, 64)))
   with pytest.raises(ValueError, match="not a bias-free Dense"):
     quantize_dense_params({"up": {"kernel": jnp.ones((32, 8)), "bias": jnp.ones(8)}}, "nvfp4")
+
+
+@pytest.mark.parametrize("platform,marker", [("tpu", "tpu_custom_call"), ("cuda", "mosaic_gpu")])
+def test_served_lm_lowers_to_one_kernel_per_projection(platform, marker):
+  # Lowered from this CPU host, never run: the model path reaches the compiled kernel on each
+  # accelerator. bfloat16 activations and K, N multiples of 256 and 64, as Mosaic GPU needs.
+  cfg = dataclasses.replace(CFG, d_model=256, d_ff=512, dtype=jnp.bfloat16,
+                            dense=fp4_dense_factory("mixfp4", platform=platform))
+  model = Transformer(cfg)
+  params = jax.eval_shape(lambda: quantize_dense_params(
+      Transformer(dataclasses.replace(CFG, d_model=256, d_ff=512)).init(
+          jax.random.key(0), TOKENS)["params"], "mixfp4"))
+  text = jax.jit(lambda p, t: model.apply({"params": p}, t)).trace(params, TOKENS).lower(
+      lowering_platforms=(platform,)).as_text()
+  assert "triton" not in text.lower() and marker in text
+  # Each projection calls the kernel's function (one body per distinct shape, with its kernel).
+  assert len(re.findall(r"call @_dequant_matmul_pallas", text)) == 7 * CFG.num_layers
+  assert len(re.findall(rf"custom_call @{marker}", text)) == len(
+      set(re.findall(r"func.func private @(_dequant_matmul_pallas\w*)", text)))
