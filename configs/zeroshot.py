@@ -13,7 +13,15 @@ Presets:
 Arms (`config.arms`): "shared" (ICIS dual-AE shared mapping), "separation" (+ every
 source a view and the invariance term L_inv), "full" (+ k-means groups with residual
 heads, per-group loss normalisation, intra-group margin). Every [O] choice of the spec
-is a knob under `config.method` (jaxlab interpretation).
+is a knob under `config.method` (jaxlab interpretation). The full arm discovers how many
+groups there are (`method.group_rule`, silhouette by default; the abstract does not say
+how); the worlds' true group counts (8 / 15) are used only to score.
+
+Criteria: primary are the full method vs the ICIS shared mapping on within-group unseen
+accuracy and on H, and the mechanism: the full method vs the separation arm (the same
+pipeline without the granularity-aware part) on within-group unseen accuracy, in each
+world. The report also shows the row's verdict under each group-count rule
+(`config.interpretations.group_rule`).
 
 Expected result (spec §1(d)): the shared map gets groups right but confuses classes
 inside a group; the full method raises within-group unseen accuracy and H. The report
@@ -56,9 +64,16 @@ def get_config(arg=None):
       learning_rate=1e-3, schedule="constant", warmup_steps=0))
   # jaxlab interpretations of the spec's [O] reconstruction (S2 routing, S3 refinement).
   config.method = ml_collections.ConfigDict(dict(
-      num_groups=0,            # 0: as many groups as the world has (8 / 15); else this k
+      # The method discovers its groups (the abstract: "discovers latent class structure"):
+      # 0 = the count chosen by `group_rule` in [2, max_groups] from the class semantics;
+      # k > 0 = a fixed k, an explicit sweep override (e.g. the world's true count, reported
+      # as such), never the default.
+      num_groups=0, group_rule="silhouette", max_groups=24, num_restarts=4,
       routing="hard", temperature=0.1, lam_inv=1.0, lam_margin=1.0, margin=0.5,
       group_norm=True, margin_unseen=True))
+  # The readings of `method.group_rule` the report shows (each reruns only the full arm,
+  # and only where its counts differ from the default's).
+  config.interpretations = ml_collections.ConfigDict(dict(group_rule="silhouette,eigengap"))
 
   # Declared before the run; judged on paired seeds by jaxlab.report.judge_all.
   # Size anchors (spec §1(b), CF-ZSCE Table 1; the ICML paper's own numbers are not public
