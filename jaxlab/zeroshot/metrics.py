@@ -97,6 +97,41 @@ def group_accuracies(logits: Float[Array, "n c"], labels: Int[Array, " n"],
   return {"within": within, "between": between}
 
 
+def chance_levels(groups: Int[Array, " c"], seen: Bool[Array, " c"]
+                  ) -> dict[str, Float[Array, ""]]:
+  """The metrics of a classifier that scores every class at random (the floors' reference).
+
+  A uniformly random argmax over all c classes hits each class with probability 1/c, so
+  s = u = H = 1/c; over the unseen classes only, T = 1/#unseen; among the true group's
+  classes, an unseen class c is hit with probability 1/|group(c)| (`within`, averaged
+  over the unseen classes as the per-class metric is).
+
+  Args:
+    groups: the group of each class, [c].
+    seen: which classes are seen, [c] (at least one unseen).
+
+  Returns:
+    dict with "s", "u", "H", "T", "within".
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> out = chance_levels(jnp.array([0, 0, 0, 1, 1]), jnp.array([True, True, False, True,
+    ...                                                             False]))
+    >>> round(float(out["within"]), 4), float(out["T"]), round(float(out["H"]), 4)
+    (0.4167, 0.5, 0.2)
+  """
+  if groups.ndim != 1 or seen.shape != groups.shape:
+    raise ValueError(f"groups and seen must both be [c], got {groups.shape} and {seen.shape}")
+  c = groups.shape[0]
+  size = jnp.sum(groups[:, None] == groups[None, :], -1).astype(jnp.float32)
+  unseen = ~seen
+  n_unseen = jnp.maximum(jnp.sum(unseen), 1)
+  within = jnp.sum(jnp.where(unseen, 1.0 / size, 0.0)) / n_unseen
+  flat = jnp.float32(1.0 / c)
+  return {"s": flat, "u": flat, "H": flat, "T": 1.0 / n_unseen.astype(jnp.float32),
+          "within": within}
+
+
 def template_spread(weights: Float[Array, "m c d"]) -> Float[Array, ""]:
   """Sensitivity of synthesized weights to the prompt template (source).
 
