@@ -10,11 +10,16 @@ different config is refused (the differing fields are listed) unless
 `--overwrite` deletes it first (`jaxlab.train.workdir`).
 `--jax_distributed` initialises JAX's multi-host runtime first (auto-detected
 cluster, or `--coordinator_address`, `--num_processes`, `--process_id`, which
-imply it); a process that cannot reach the coordinator within
-`--distributed_timeout_s` exits 1 with a one-line error, never hangs. In a
+imply it); a process whose start cannot complete within `--distributed_timeout_s`
+(the coordinator unreachable, or process 0 waiting for peers that never come)
+exits 1 with a one-line error, never hangs or aborts. In a
 multi-process run only process 0 writes config.json, metrics and results.
 `--cpu_devices=N` splits the host CPU into N JAX devices, so a training run is
 data parallel over its cores (`launch.cpu_devices`).
+
+Before any work, every config value is checked (`jaxlab.config_checks`: numbers
+finite and in their declared ranges) and so is `--workdir` (non-empty, not a
+file); a damaged `fingerprint.json` is named, and `--overwrite` clears it.
 
 Exit status: 0 on success; 1 on any failure (a bad config, a failed checkpoint
 save, a loss that became non-finite), within seconds: a failure never waits on
@@ -69,6 +74,9 @@ _CPU_COLLECTIVES = flags.DEFINE_string(
 # After a failure, interpreter shutdown may wait on non-daemon threads of a
 # failed orbax save; past this many seconds the process exits(1) anyway.
 _EXIT_GRACE_S = 10.0
+# jax.distributed.initialize gets this many seconds more than --distributed_timeout_s
+# leaves, so that the launcher's watchdog, not jax's abort, ends a start that cannot complete.
+_JAX_TIMEOUT_SLACK_S = 30
 
 
 def _fatal(message: str) -> None:
@@ -172,9 +180,6 @@ def _wait_for_coordinator(address: str, timeout_s: float) -> None:
   address, coordinator not started) into a one-line error.
   """
   host, _, port = address.rpartition(":")
-  if not host or not port.isdigit():
-    sys.stderr.write(f"FATAL --coordinator_address must be host:port, got {address!r}\n")
-    sys.exit(1)
   deadline = time.monotonic() + timeout_s
   while True:
     try:
@@ -189,33 +194,73 @@ def _wait_for_coordinator(address: str, timeout_s: float) -> None:
       time.sleep(0.25)
 
 
+def _distributed_timed_out(timeout_s: float, address: str | None, num: int | None,
+                           pid: int | None) -> None:
+  """Ends the process with one line: `jax.distributed.initialize` is still waiting."""
+  who = f"process {pid} of {num}" if pid is not None and num is not None else "this process"
+  where = f" at {address}" if address else ""
+  os.write(2, (f"FATAL jax.distributed.initialize did not complete within {timeout_s:g} s "
+               f"(--distributed_timeout_s): {who} waited for the others to join the JAX "
+               f"coordinator{where}. Start every process within that time, with the same "
+               "--coordinator_address and --num_processes.\n").encode())
+  os._exit(1)
+
+
 def _initialize_distributed() -> None:
-  """`jax.distributed.initialize` from the flags (explicit values, else auto-detection)."""
+  """`jax.distributed.initialize` from the flags (explicit values, else auto-detection).
+
+  Exits 1 with one line when it cannot complete within `--distributed_timeout_s`.
+  jax's own client aborts the interpreter (SIGABRT, a C++ stack trace) when
+  registration times out, e.g. process 0 waiting for a process that never
+  starts; a Python exception never comes. So a watchdog thread (jax's `connect`
+  releases the GIL while it waits) ends the process at the flag's deadline, and
+  jax is given `_JAX_TIMEOUT_SLACK_S` more, so that its abort never comes first.
+  """
   import jax
   explicit = [f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)]
   if not _DISTRIBUTED.value and not any(explicit):
     return
   num, pid = _NUM_PROCESSES.value, _PROCESS_ID.value
   if num is not None and pid is not None and pid >= num:
-    sys.stderr.write(f"FATAL --process_id={pid} must be < --num_processes={num}\n")
-    sys.exit(1)
+    _fatal(f"--process_id={pid} must be < --num_processes={num}")
   # CPU devices need a collectives backend to talk across processes (GPU/TPU ignore it).
   if hasattr(jax.config, "jax_cpu_collectives_implementation"):
     jax.config.update("jax_cpu_collectives_implementation", _CPU_COLLECTIVES.value)
+  address = _COORDINATOR.value
+  if address is not None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+      _fatal(f"--coordinator_address must be host:port, got {address!r}")
   timeout = _DISTRIBUTED_TIMEOUT.value
-  start = time.monotonic()
+  deadline = time.monotonic() + timeout
   if _COORDINATOR.value is not None and pid is not None and pid != 0:
     _wait_for_coordinator(_COORDINATOR.value, timeout)
+  remaining = max(1.0, deadline - time.monotonic())
   logging.info("jax.distributed.initialize(coordinator_address=%s, num_processes=%s, "
-                  "process_id=%s, initialization_timeout=%d s)", _COORDINATOR.value, num, pid,
-                  timeout)
+               "process_id=%s), %.0f s left of --distributed_timeout_s=%d",
+               _COORDINATOR.value, num, pid, remaining, timeout)
+  watchdog = threading.Timer(remaining, _distributed_timed_out,
+                             args=(timeout, _COORDINATOR.value, num, pid))
+  watchdog.daemon = True
+  watchdog.start()
   try:
     jax.distributed.initialize(
         coordinator_address=_COORDINATOR.value, num_processes=num, process_id=pid,
-        initialization_timeout=max(1, int(timeout - (time.monotonic() - start))))
+        initialization_timeout=int(remaining) + _JAX_TIMEOUT_SLACK_S)
   except (RuntimeError, ValueError) as e:  # e.g. auto-detection found no cluster
-    sys.stderr.write(f"FATAL jax.distributed.initialize failed: {e}\n")
-    sys.exit(1)
+    watchdog.cancel()
+    _fatal(f"jax.distributed.initialize failed: {' '.join(str(e).split())}")
+  watchdog.cancel()
+
+
+def _check_before_start(config) -> None:
+  """Refuses a bad config value or `--workdir` with one line, before any work starts."""
+  from jaxlab.train import workdir as workdir_lib
+  try:
+    workdir_lib.check_config(config)  # every number finite and in range
+    workdir_lib.check_workdir_path(_WORKDIR.value)
+  except ValueError as e:
+    _fatal(" ".join(str(e).split()))
 
 
 def main(argv):
@@ -223,6 +268,8 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  config = _CONFIG.value
+  _check_before_start(config)
   from jaxlab.train import malloc
   malloc.use_for_launch("default")  # JAXLAB_MALLOC=reuse opts in; before XLA starts
   cpu_devices.apply()
@@ -232,10 +279,8 @@ def main(argv):
     logging.set_verbosity(logging.ERROR)
   from jaxlab import experiments, report
   from jaxlab.train import workdir as workdir_lib
-  config = _CONFIG.value
   logging.info("config:\n%s", config)
-  try:  # refused before any work: one line, no traceback
-    workdir_lib.check_config(config)
+  try:  # refused before any work: no traceback
     module = experiments.get(config.experiment)
     workdir_lib.check_or_write_fingerprint(_WORKDIR.value, config, overwrite=_OVERWRITE.value)
   except (ValueError, AttributeError) as e:

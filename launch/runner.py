@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from jaxlab import report, train
+from jaxlab import config_checks, report, train
 from jaxlab.experiments import REGISTRY, get
 from jaxlab.train.lm import base_lm_config
 from launch.configs import config_names, load_config
@@ -23,15 +23,16 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
   """Runs each experiment in `workdir/<name>` and writes `workdir/REPORT.md`.
 
   A failing experiment does not stop the others: its row says "not measured"
-  with the error, and its name is returned in the failures.
+  with the error, and its name is returned in the failures. Every config is
+  checked first (`check_reproduce`), so a bad value stops the report before any run.
+
+  Raises:
+    ValueError: from `check_reproduce`.
 
   Returns:
     (path of REPORT.md, names of the experiments that failed).
   """
-  names = list(only or REGISTRY)
-  unknown = [n for n in names if n not in REGISTRY]
-  if unknown:
-    raise ValueError(f"Unknown experiments {unknown}; registered: {REGISTRY}")
+  names = check_reproduce(workdir, preset, only)
   entries, failures = [], []
   # Experiment i/N, the last one's time, elapsed and ETA (a bar, or log lines off a terminal).
   with train.Progress(len(names), desc="reproduce", unit="experiment") as progress:
@@ -61,6 +62,51 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
   return path, failures
 
 
+def check_reproduce(workdir: str, preset: str, only: list[str] | None = None) -> list[str]:
+  """Checks what `reproduce` would run, before it runs anything; returns the names.
+
+  Raises:
+    ValueError: an unknown experiment, a bad value in any of their configs
+      (`check_config`), or a `workdir` that cannot be a directory; one line.
+  """
+  names = list(only or REGISTRY)
+  unknown = [n for n in names if n not in REGISTRY]
+  if unknown:
+    raise ValueError(f"Unknown experiments {unknown}; registered: {REGISTRY}")
+  train.check_workdir_path(workdir)
+  for name in names:
+    check_config(name, load_config(name, preset))
+  return names
+
+
+def check_bench(preset: str, only: list[str] | None = None) -> dict:
+  """Checks the benchmarks `bench` would run; returns {name: config}.
+
+  Raises:
+    ValueError: an unknown benchmark or a bad value in its config; one line.
+  """
+  names = list(only or available_benchmarks())
+  unknown = sorted(set(names) - set(available_benchmarks()))
+  if unknown:
+    raise ValueError(f"Unknown benchmarks {unknown}; available: {available_benchmarks()}")
+  configs = {name: load_config(f"bench_{name}", preset) for name in names}
+  for name, config in configs.items():
+    check_config(f"bench_{name}", config)
+  return configs
+
+
+def check_config(name: str, config) -> None:
+  """`jaxlab.config_checks.check_config`, its one-line error prefixed with the config's name.
+
+  Raises:
+    ValueError: "configs/<name>.py: config.<field> must be ..., got ...".
+  """
+  try:
+    config_checks.check_config(config)
+  except ValueError as e:
+    raise ValueError(f"configs/{name}.py: {e}") from e
+
+
 def share_base_lm(config, workdir: str, preset: str) -> None:
   """Points an experiment's base-LM cache (`config.base_lm_dir`, when left empty) at
   the `lm` experiment's run in `workdir` when both train the same base model (equal
@@ -87,11 +133,7 @@ def bench(out: str, preset: str, only: list[str] | None = None,
   JAX keeps its devices, and a benchmark that needs more says it skipped that part.
   Each result records `malloc_reuses_freed_memory` (`jaxlab.train.malloc.applied`).
   """
-  names = list(only or available_benchmarks())
-  unknown = sorted(set(names) - set(available_benchmarks()))
-  if unknown:
-    raise ValueError(f"Unknown benchmarks {unknown}; available: {available_benchmarks()}")
-  configs = {name: load_config(f"bench_{name}", preset) for name in names}
+  configs = check_bench(preset, only)
   if cpu_devices is None:
     cpu_devices = max([c.get("cpu_devices", 1) for c in configs.values()], default=1)
   if cpu_devices > 1:

@@ -27,6 +27,7 @@ from jaxlab.train.workdir import (
     WorkdirConfigError,
     check_config,
     check_or_write_fingerprint,
+    check_workdir_path,
     config_fingerprint,
 )
 
@@ -34,7 +35,8 @@ __all__ = [
     "AXES", "AheadCompiled", "ArmCache", "CheckpointMismatchError", "CheckpointSaveError",
     "Checkpointer", "CompileAhead",
     "MetricWriter", "NonFiniteLossError", "Progress", "TrainState", "WorkdirConfigError", "batch_sharding",
-    "check_config", "check_or_write_fingerprint", "config_fingerprint", "config_hash",
+    "check_config", "check_or_write_fingerprint", "check_workdir_path", "config_fingerprint",
+    "config_hash",
     "create_train_state", "fsdp_sharding", "make_mesh", "make_schedule", "make_train_step",
     "progress", "read_metrics", "replicated", "reuse_freed_memory", "state_sharding", "train_loop",
     "use_cpu_devices", "warmup_cosine",

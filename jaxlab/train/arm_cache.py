@@ -5,7 +5,9 @@ EB+ studies) resume at arm granularity: each finished arm's result is one
 file `workdir/arms/<name>.<hash>.json`, written atomically (temp file +
 `os.replace`), where `hash` fingerprints the part of the config that
 determines that arm. A changed config therefore never reuses a stale result,
-and a file is either absent or complete, whenever the process was killed.
+and a file is either absent or complete, whenever the process was killed. A
+file damaged some other way (a full disk, an edit) is set aside as
+`<file>.damaged` and its arm recomputed.
 
 Every sweep shows its progress through its cache (`jaxlab.train.progress_display.Progress`):
 arm i (of N when the sweep declares `total`), the last arm's name and time, elapsed
@@ -17,6 +19,7 @@ import json
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -100,12 +103,27 @@ class ArmCache:
     return os.path.join(self.directory, f"{safe}.{key}.json")
 
   def load(self, name: str, key: str) -> Any | None:
-    """The stored result of arm `name` under `key`, else None."""
+    """The stored result of arm `name` under `key`, else None.
+
+    A file that cannot be read back (truncated or edited by hand: not JSON, or
+    no "result") is set aside as `<file>.damaged`, with a `RuntimeWarning` naming
+    it, and the arm counts as not run: `get_or_run` recomputes it.
+    """
     path = self.path(name, key)
     if not os.path.exists(path):
       return None
-    with open(path) as f:
-      return json.load(f)["result"]
+    try:
+      with open(path) as f:
+        return json.load(f)["result"]
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+      why = f"no {e} entry" if isinstance(e, KeyError) else str(e)
+      try:
+        os.replace(path, path + ".damaged")  # kept for inspection, never read again
+      except FileNotFoundError:  # another process of the run moved it first
+        pass
+      warnings.warn(f"arm result {path} is damaged ({type(e).__name__}: {why}); moved to "
+                    f"{path}.damaged, the arm {name!r} runs again", RuntimeWarning, stacklevel=2)
+      return None
 
   def store(self, name: str, key: str, result: Any) -> None:
     """Writes the result atomically (a reader never sees a partial file)."""

@@ -150,7 +150,7 @@ def test_unknown_top_level_key_is_one_line(tmp_path):
 def test_nonpositive_num_steps_names_the_field(tmp_path):
   lines = _one_line_error(_launch("--config=configs/lm.py:smoke", "--config.train.num_steps=0",
                                   f"--workdir={tmp_path}"))
-  assert lines == ["FATAL train.num_steps must be an integer >= 1, got 0"]
+  assert lines == ["FATAL config.train.num_steps must be an integer >= 1, got 0"]
 
 
 def test_experiment_reading_a_missing_key_is_one_line(tmp_path):
