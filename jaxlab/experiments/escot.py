@@ -293,17 +293,17 @@ def student_arrays(t_toks: Tokens, s_toks: Tokens, stats: dict, mined_map: np.nd
   return arrays, k_max
 
 
-def make_student_trainer(config, model, vocab: int, first_char: np.ndarray, num_spans: int,
-                         methods: tuple[str, ...] = METHODS):
-  """`train(keys [S], method_id, arrays) -> (params [S, ...], curves)`, jitted, seeds vmapped.
+def make_student_loss(config, model, vocab: int, first_char: np.ndarray, num_spans: int,
+                      methods: tuple[str, ...] = METHODS):
+  """`loss(params, batch, method_id) -> (CE + lambda KD, (CE, KD))` of a student batch.
 
-  `method_id` indexes `methods` (only their losses are compiled). The two E-SCOT ablations
-  differ from "escot" in one component each: "escot_uniform" takes uniform span weights
-  (no Renyi reweighting), "escot_dense" couples all token pairs by Sinkhorn with the span
-  coupling's marginals (no span constraint); cost, weights and everything else are shared.
+  `method_id` indexes `methods` (a traced switch; only their losses are compiled). The two
+  E-SCOT ablations differ from "escot" in one component each: "escot_uniform" takes uniform
+  span weights (no Renyi reweighting), "escot_dense" couples all token pairs by Sinkhorn
+  with the span coupling's marginals (no span constraint); cost, weights and everything
+  else are shared.
   """
-  d, t = config.distill, config.train
-  tx = _stage_optimizer(config, None, t.num_steps)
+  d = config.distill
   fc = jnp.asarray(first_char)
   shared = dict(num_spans=num_spans, alpha=d.alpha, tau=d.tau, char_weight=d.char_weight,
                 rank_weight=d.rank_weight, entropy_on=d.entropy_on)
@@ -332,6 +332,20 @@ def make_student_trainer(config, model, vocab: int, first_char: np.ndarray, num_
     )
     kd = jnp.mean(jax.lax.switch(method, [branches[m] for m in methods]))
     return ce + d.lam * kd, (ce, kd)
+  return loss_fn
+
+
+def make_student_trainer(config, model, vocab: int, first_char: np.ndarray, num_spans: int,
+                         methods: tuple[str, ...] = METHODS):
+  """`train(keys [S], method_id, arrays) -> (params [S, ...], curves)`, jitted, seeds vmapped.
+
+  Every method starts from the same init and sees the same batches (both drawn from the
+  seed's key alone): arms of one seed are paired. `method_id` indexes `methods`, whose
+  losses `make_student_loss` builds.
+  """
+  t = config.train
+  tx = _stage_optimizer(config, None, t.num_steps)
+  loss_fn = make_student_loss(config, model, vocab, first_char, num_spans, methods)
 
   def train_one(key, method, arrays):
     init_key, data_key = jax.random.split(key)
@@ -658,6 +672,7 @@ def run(config, workdir: str) -> dict:
       params, (ce, kd) = jax.block_until_ready(
           p["train"](keys, jnp.asarray(arm_methods.index(method), jnp.int32), p["arrays"]))
       return dict(bpb=p["bpb"](params, val, val_chars),
+                  first_ce=np.asarray(ce[:, 0]),  # equal across a student's arms: paired
                   final_ce=np.asarray(ce[:, -10:].mean(1)),
                   final_kd=np.asarray(kd[:, -10:].mean(1)), seconds=time.time() - start,
                   cpu_seconds=time.process_time() - cpu, tokens_per_chunk=p["tokens_per_chunk"])

@@ -58,6 +58,10 @@ def test_smoke_run_writes_table_and_resumes(smoke):
   assert np.all(sft != esc)
   for ablation in escot.ABLATIONS:
     assert np.all(np.asarray(on_disk["table"]["char"][ablation]["per_seed"]) != esc)
+  # Every arm of a student starts from the seed's init on the seed's first batch.
+  first_ce = {m: on_disk["arms"][f"char.{m}"]["first_ce"] for m in escot.METHODS}
+  assert len({tuple(v) for v in first_ce.values()}) == 1, first_ce
+  assert len(set(first_ce["sft"])) == len(config.seeds)  # and seeds differ
   bench = on_disk["bench"]
   assert len(bench["sparse"]) == len(bench["dense"]) == len(config.bench.lengths)
   # A second run loads every arm, the teacher and the tokenizers from the workdir.
@@ -182,63 +186,62 @@ def test_measure_pairs_seeds_and_finds_the_teacher_tokenizer_student_by_spec():
 
 
 def test_ablation_arms_differ_from_escot_only_in_their_component():
-  # One compiled trainer runs every method from the same init on the same batches (paired
-  # seeds); at step 0 each method's distillation term is E-SCOT's loss with exactly one
+  # The trainer's distillation term for each method is E-SCOT's loss with exactly one
   # component changed: uniform span weights, or a dense coupling with the span marginals.
   config = load_config("escot", "smoke")
-  config.train.num_steps = 1
   code = "def f(x):\n    return x + 1\n"
   teacher = escot.tokenize.train_tokenizer("bpe", code * 40, 140)
   student = escot.tokenize.train_tokenizer("char", "", 0)
-  chunks = [code] * 4  # identical rows: every batch holds the same chunk
+  chunks = [code] * 2  # identical rows: the batch mean is the one chunk's loss
   t_toks, s_toks = (escot.encode_chunks(tok, chunks) for tok in (teacher, student))
   rng = np.random.default_rng(0)
   width_t, k = t_toks.inputs.shape[1], config.distill.top_k
-  char_t = np.tile(rng.dirichlet(np.full(128, 0.3), width_t), (4, 1, 1)).astype(np.float32)
-  top = -np.sort(-np.tile(rng.dirichlet(np.ones(8), width_t), (4, 1, 1)), -1)[..., :k]
+  char_t = np.tile(rng.dirichlet(np.full(128, 0.3), width_t), (2, 1, 1)).astype(np.float32)
+  top = -np.sort(-np.tile(rng.dirichlet(np.ones(8), width_t), (2, 1, 1)), -1)[..., :k]
   stats = dict(char_t=char_t, top_t=top.astype(np.float32),
                top_ids=np.zeros(top.shape, np.int32),
                ent_t=np.asarray(losses.renyi_entropy(jnp.asarray(char_t), config.distill.alpha)))
   arrays, k_max = escot.student_arrays(t_toks, s_toks, stats,
                                        np.zeros(teacher.get_vocab_size(), np.int32), "overlap")
-  first = escot.tokenize.first_char_matrix(escot.tokenize.vocab_strings(student))
-  model = escot.make_lm(config.model.to_dict(), s_toks.vocab)
-  methods = ("sft", "escot", "escot_uniform", "escot_dense")
-  train = escot.make_student_trainer(config, model, s_toks.vocab, first, k_max, methods)
-  keys = jax.vmap(jax.random.key)(np.arange(2))
   arrays = jax.tree.map(jnp.asarray, arrays)
-  curves = {m: train(keys, jnp.asarray(i), arrays)[1] for i, m in enumerate(methods)}
-  for m in methods[1:]:  # the same init and batch: the same cross-entropy at step 0
-    np.testing.assert_array_equal(curves[m][0][:, 0], curves["sft"][0][:, 0])
-
   # The ablation's marginals are the span coupling's own.
-  n, mm = (len(o) for o in (t_toks.offsets[0], s_toks.offsets[0]))
+  n, m = (len(o) for o in (t_toks.offsets[0], s_toks.offsets[0]))
   coupling = escot.spans_lib.overlap_coupling(t_toks.offsets[0], s_toks.offsets[0])
-  mass_t, mass_s = escot.spans_lib.coupling_marginals(coupling, n, mm)
+  mass_t, mass_s = escot.spans_lib.coupling_marginals(coupling, n, m)
   np.testing.assert_allclose(arrays["mass_t"][0, :n], mass_t, rtol=1e-6)
-  np.testing.assert_allclose(arrays["mass_s"][0, :mm], mass_s, rtol=1e-6)
-  assert not np.any(arrays["mass_t"][0, n:]) and not np.any(arrays["mass_s"][0, mm:])
+  np.testing.assert_allclose(arrays["mass_s"][0, :m], mass_s, rtol=1e-6)
+  assert not np.any(arrays["mass_t"][0, n:]) and not np.any(arrays["mass_s"][0, m:])
+
+  first = jnp.asarray(escot.tokenize.first_char_matrix(escot.tokenize.vocab_strings(student)))
+  model = escot.make_lm(config.model.to_dict(), s_toks.vocab)
+  methods = ("escot", "escot_uniform", "escot_dense")
+  loss_fn = escot.make_student_loss(config, model, s_toks.vocab, np.asarray(first), k_max,
+                                    methods)
   d = config.distill
   shared = dict(num_spans=k_max, alpha=d.alpha, tau=d.tau, char_weight=d.char_weight,
                 rank_weight=d.rank_weight, entropy_on=d.entropy_on)
-  row = {key: v[0] for key, v in arrays.items()}
-  for seed in range(2):
-    params = model.init(jax.random.split(keys[seed])[0], arrays["inputs"][:1])["params"]
+
+  @jax.jit
+  def check(arrays):
+    params = model.init(jax.random.key(0), arrays["inputs"][:1])["params"]
+    got = [loss_fn(params, arrays, i)[1] for i in range(len(methods))]
+    row = {key: v[0] for key, v in arrays.items()}
     logp = escot._logp(model, params, row["inputs"][None], s_toks.vocab)[0]
-    teacher_side = (row["char_t"], row["top_t"], row["ent_t"], row["span_t"], logp,
-                    jnp.asarray(first), row["span_s"])
+    teacher_side = (row["char_t"], row["top_t"], row["ent_t"], row["span_t"], logp, first,
+                    row["span_s"])
     sparse = (row["pt"], row["ps"], row["pspan"], row["pmass"])
-    expected = dict(
-        escot=losses.escot_loss(*teacher_side, *sparse, weighting=d.weighting, **shared),
-        escot_uniform=losses.escot_loss(*teacher_side, *sparse, weighting="none", **shared),
-        escot_dense=losses.escot_dense_loss(
-            *teacher_side, row["mass_t"], row["mass_s"], weighting=d.weighting,
-            epsilon=d.dense_epsilon, num_iters=d.dense_iters, **shared))
-    for m, value in expected.items():
-      np.testing.assert_allclose(curves[m][1][seed, 0], value, rtol=2e-5)
-  # The Renyi weights are not uniform here, so the ablation changes the loss.
-  assert not np.allclose(curves["escot"][1][:, 0], curves["escot_uniform"][1][:, 0])
-  assert not np.allclose(curves["escot"][1][:, 0], curves["escot_dense"][1][:, 0])
+    want = [losses.escot_loss(*teacher_side, *sparse, weighting=d.weighting, **shared),
+            losses.escot_loss(*teacher_side, *sparse, weighting="none", **shared),
+            losses.escot_dense_loss(*teacher_side, row["mass_t"], row["mass_s"],
+                                    weighting=d.weighting, epsilon=d.dense_epsilon,
+                                    num_iters=d.dense_iters, **shared)]
+    return got, want
+  got, want = check(arrays)
+  for method, (ce, kd), expected in zip(methods, got, want, strict=True):
+    np.testing.assert_allclose(kd, expected, rtol=2e-5, err_msg=method)
+    np.testing.assert_array_equal(ce, got[0][0])  # the cross-entropy term is untouched
+  # The Renyi weights are not uniform here, so each ablation changes the loss.
+  assert not np.isclose(got[0][1], got[1][1]) and not np.isclose(got[0][1], got[2][1])
 
 
 def test_escot_uses_optimizer_learning_rate(monkeypatch):

@@ -185,9 +185,12 @@ def _escot_case(rng, t_off, s_off, vocab=6, chars=4, r=3):
       marginals=[jnp.asarray(x, jnp.float32) for x in coupling_marginals(c, n, m)])
 
 
+_STATIC = ("num_spans", "weighting", "rank_weight", "epsilon", "num_iters")
+
+
 def _sparse(case, **kw):
   sp, c = case["spans"], case["coupling"]
-  return escot_loss(case["char_t"], case["top_t"], case["ent_t"], jnp.asarray(sp.teacher),
+  return jax.jit(escot_loss, static_argnames=_STATIC[:3])(case["char_t"], case["top_t"], case["ent_t"], jnp.asarray(sp.teacher),
                     case["logp_s"], case["first"], jnp.asarray(sp.student),
                     jnp.asarray(c.teacher), jnp.asarray(c.student), jnp.asarray(c.span),
                     jnp.asarray(c.mass, jnp.float32), num_spans=sp.num_spans, **kw)
@@ -195,7 +198,7 @@ def _sparse(case, **kw):
 
 def _dense(case, **kw):
   sp = case["spans"]
-  return escot_dense_loss(case["char_t"], case["top_t"], case["ent_t"],
+  return jax.jit(escot_dense_loss, static_argnames=_STATIC)(case["char_t"], case["top_t"], case["ent_t"],
                           jnp.asarray(sp.teacher), case["logp_s"], case["first"],
                           jnp.asarray(sp.student), *case["marginals"],
                           num_spans=sp.num_spans, **kw)
@@ -225,7 +228,8 @@ def test_escot_dense_loss_is_the_sinkhorn_plan_with_the_span_marginals_times_the
   # Weighted like E-SCOT, and differentiable in the student.
   weighted = _dense(case, epsilon=0.2, num_iters=300)
   assert np.isfinite(float(weighted)) and float(weighted) != float(got)
-  grad = jax.grad(lambda lp: _dense(dict(case, logp_s=lp), epsilon=0.2))(case["logp_s"])
+  grad = jax.jit(jax.grad(lambda lp: _dense(dict(case, logp_s=lp), epsilon=0.2)))(
+      case["logp_s"])
   assert np.all(np.isfinite(grad)) and np.any(grad != 0)
 
 
