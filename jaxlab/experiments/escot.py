@@ -498,18 +498,6 @@ def _measure(table: dict, low: list[str], same: str | None, unigram: dict) -> di
   return measured
 
 
-def _judged(criteria, measured: dict, num_seeds: int) -> dict:
-  """`measured` as `judge_all` takes it: without the reference of a criterion that declares
-  no floor, and a floored criterion left unmeasured as NaN on every seed (`not measured`;
-  `judge` refuses a floor with no baseline arm)."""
-  floors = {c.name for c in criteria if c.floor is not None}
-  out = {k: v if k in floors else dict(method=v["method"], baseline=v["baseline"])
-         for k, v in measured.items()}
-  nan = np.full(num_seeds, np.nan)
-  return out | {k: dict(method=nan, baseline=nan, reference=nan)
-                for k in floors - set(measured)}
-
-
 def _plots(workdir, table, overlaps, students, methods, bench):
   def draw_bpb(ax):
     width = 0.8 / len(methods)
@@ -697,8 +685,7 @@ def run(config, workdir: str) -> dict:
 
   same = next((s for s, spec in student_specs.items() if spec == "teacher"), None)
   crits = jaxlab.report.criteria_from_config(config.criteria)
-  measure = lambda students: _judged(crits, _measure(table, students, same, unigram),
-                                    len(seeds))
+  measure = lambda students: _measure(table, students, same, unigram)
   row_verdict, criteria = jaxlab.report.judge_all(crits, measure(low))
   # Which students make the low-overlap regime is ours (the paper names none): the row at
   # each low-overlap student alone too, re-judged from the same arms.

@@ -84,8 +84,10 @@ def _measured(escot_vs_rest: float, noise: float, seeds: int = 3, *,
   measured = {
       "escot_renyi_mechanism": pair(ablations), "escot_span_mechanism": pair(ablations),
       "escot_not_below_sft": pair(escot_vs_rest), "escot_beats_ctkd": pair(escot_vs_rest),
-      "uld_below_sft": (base + escot_vs_rest + jitter(), base + jitter()),
-      "mined_below_sft": (base + escot_vs_rest + jitter(), base + jitter()),
+      "uld_below_sft": (base + escot_vs_rest + jitter(), base + jitter(),
+                        np.full(seeds, unigram)),
+      "mined_below_sft": (base + escot_vs_rest + jitter(), base + jitter(),
+                          np.full(seeds, unigram)),
       "escot_gain_same_vocab": pair(escot_vs_rest),
   }
   return measured
@@ -132,7 +134,8 @@ def test_baselines_at_the_unigram_floor_give_no_signal():
     row, results = judge_all(config.criteria, _measured(0.2, noise=0.005, unigram=unigram))
     floored = {r.name: r.verdict for r in results if r.floor == "unigram"}
     assert set(floored) == {"escot_renyi_mechanism", "escot_span_mechanism",
-                            "escot_not_below_sft", "escot_beats_ctkd", "escot_gain_same_vocab"}
+                            "escot_not_below_sft", "escot_beats_ctkd", "escot_gain_same_vocab",
+                            "uld_below_sft", "mined_below_sft"}
     assert set(floored.values()) == {"no signal"}
     assert row == "no signal"
   row, _ = judge_all(config.criteria, _measured(0.2, noise=0.005, unigram=2.2))
@@ -174,14 +177,12 @@ def test_measure_pairs_seeds_and_finds_the_teacher_tokenizer_student_by_spec():
       escot._measure(table, ["char", "spm"], "own", unigram))
   assert "escot_renyi_mechanism" in escot._measure(table, ["char"], "own", unigram)
   assert "escot_gain_same_vocab" not in escot._measure(table, ["char"], None, unigram)
-  # Criteria that declare no floor are judged without the reference.
+  # Every criterion declares the unigram floor, so each is judged with its reference.
   crits = criteria_from_config(load_config("escot", "quick").criteria)
-  judged = escot._judged(crits, m, 3)
-  assert "reference" not in judged["uld_below_sft"]
-  assert "reference" in judged["escot_span_mechanism"]
+  assert all(c.floor == "unigram" for c in crits)
   # A floored criterion without its arms is "not measured" (not an error).
   del m["escot_gain_same_vocab"]
-  results = dict((r.name, r) for r in judge_all(crits, escot._judged(crits, m, 3))[1])
+  results = dict((r.name, r) for r in judge_all(crits, m)[1])
   assert results["escot_gain_same_vocab"].verdict == "not measured"
 
 
