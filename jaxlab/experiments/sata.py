@@ -221,8 +221,8 @@ def _write_and_score(workdir: str, arm: str, seeds: list[int], splits: list[dict
         bvh.write_bvh(path, retarget.to_bvh(
             tgt.skeleton, decoded[split]["rot"][i, n], decoded[split]["root"][i, n], fps=fps,
             heading0=float(src.heading[0])))
-        rot, root = bvh.to_motion(bvh.read_bvh(path))
-        scores.append(retarget.score(np.asarray(rot), np.asarray(root), tgt, fps=fps))
+        rot, root = retarget.motion_arrays(bvh.read_bvh(path))
+        scores.append(retarget.score(rot, root, tgt, fps=fps))
       for m in retarget.METRICS:
         per_seed[m].append(float(np.mean([s[m] for s in scores])))
     out[split] = per_seed
