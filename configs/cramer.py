@@ -5,7 +5,8 @@ Command:
 
 Presets:
   smoke  a 150-item, 4-genre world, a 1-layer d = 16 backbone, a few steps per arm, 3
-         seeds, arms frozen / late_fusion / cramer / cramer_shared (pipeline check).
+         seeds, arms frozen / late_fusion / cramer / cramer_shared / cramer_oracle
+         (pipeline check).
   quick  480 items / 12 genres, 3000 train + 600 test users, the spec's 2-layer d = 64
          backbone, every arm incl. shared gates and ρ in {0.1, 0.25}, 3 seeds vmapped
          (~370 CPU-s measured on a loaded 2-core machine, most of it compiling and
@@ -16,13 +17,15 @@ Arms (`config.arms`): "frozen" (backbone alone), "concat" (Query-SeqRec-like hea
 [h; e_q]), "late_fusion" (BLaIR-like score + α cos(e_q, e_item)), "adapter" (LLM-ESR-like
 item-text adapter), "finetune" (the whole backbone fine-tuned, request as a last token:
 an upper bound), "cramer" (per-instance gates), "cramer_shared" (one Gumbel draw per
-batch), "cramer_rho<ρ>" (the ρ sweep). The baselines' forms, the world and the
-evaluation details are jaxlab interpretations (spec §4(d)); CRAMER's knobs are under
-`config.cramer`.
+batch), "cramer_oracle" (CRAMER fed each request's true intent and genre instead of its
+MiniLM embedding: the masks with perfect request understanding), "cramer_rho<ρ>" (the ρ
+sweep). The baselines' forms, the world and the evaluation details are jaxlab
+interpretations (spec §4(d)); CRAMER's knobs are under `config.cramer`.
 
 Expected result: HR@10 / NDCG@10 / MRR@10 (1 + 100 sampled negatives, and full ranking)
 on request-bearing test steps, genre share in the top 10 under want / avoid requests vs.
-a neutral request, time per request; the criteria below are judged on paired seeds.
+a neutral request, time per request (per seed, backbone and CRAMER interleaved); the
+criteria below are judged on paired seeds.
 """
 
 import ml_collections
@@ -37,7 +40,7 @@ def get_config(arg=None):
   config.preset = preset
   config.seeds = (0, 1, 2)
   config.arms = ("frozen,concat,late_fusion,adapter,finetune,cramer,cramer_shared,"
-                 "cramer_rho0.25")
+                 "cramer_oracle,cramer_rho0.25")
   # jaxlab interpretation of the spec's synthetic world (§4(d)).
   config.world = ml_collections.ConfigDict(dict(
       num_items=480, num_genres=12, num_train_users=3000, num_test_users=600, max_len=20,
@@ -132,7 +135,7 @@ def get_config(arg=None):
     config.train.update(num_steps=10, batch_size=16)
     config.baselines.hidden = 16
     config.eval.timing_repeats = 3
-    config.arms = "frozen,late_fusion,cramer,cramer_shared"  # 3 compiled programs
+    config.arms = "frozen,late_fusion,cramer,cramer_shared,cramer_oracle"  # 3 programs
   elif preset == "full":
     config.seeds = (0, 1, 2, 3, 4)
     config.arms += ",cramer_rho0.05,cramer_rho0.15"
