@@ -8,9 +8,9 @@ Presets:
          seeds, arms frozen / late_fusion / cramer / cramer_shared / cramer_oracle
          (pipeline check).
   quick  480 items / 12 genres, 3000 train + 600 test users, the spec's 2-layer d = 64
-         backbone, every arm incl. shared gates and ρ in {0.1, 0.25}, 3 seeds vmapped
-         (~370 CPU-s measured on a loaded 2-core machine, most of it compiling and
-         back-propagating through the backbone for the CRAMER arms).
+         backbone, every arm incl. shared gates, oracle requests and ρ in {0.1, 0.25}, 3
+         seeds vmapped (most of the time goes to compiling and back-propagating through the
+         backbone for the CRAMER arms).
   full   the same world, 1000 steps per arm, ρ in {0.05, 0.1, 0.15, 0.25}, 5 seeds.
 
 Arms (`config.arms`): "frozen" (backbone alone), "concat" (Query-SeqRec-like head on

@@ -7,10 +7,12 @@ Presets:
   smoke  4 + 4 training clips per seed, 2 arms (sata, no_text), a handful of steps, 3 seeds
          (pipeline check; MiniLM load + compilation dominate).
   quick  128 clips per training species (biped, quadruped; every clip on its own random
-         skeleton), 8 frames at 10 fps (about one gait cycle), 800 steps of 4 clips for each
-         of the five arms, 3 seeds vmapped, one compilation shared by every arm; MiniLM
-         embeddings of the ~45 joint descriptions cached in the workdir (~3 min on 2 cores).
-         The model leaves the mean pose and learns the gait after ~300 steps.
+         skeleton), 8 frames at 10 fps (about one gait cycle), bipeds below 1 m/s and
+         quadrupeds above it, 32 hidden pairs per seed below 1 m/s decoded on quadrupeds of a
+         held-out morphology, 800 steps of 4 clips for each of the five arms, 3 seeds vmapped,
+         one compilation shared by every arm; every retargeted clip written as BVH and scored
+         from the file; MiniLM embeddings of the ~45 joint descriptions cached in the
+         workdir.
   full   512 clips per species, 32 frames at 20 fps, 3000 steps, 5 seeds.
 
 Arms (`config.arms`): "sata" (FiLM + gate, text, GINE + spatial + temporal Transformer),
