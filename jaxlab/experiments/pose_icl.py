@@ -44,9 +44,11 @@ def train_config(config) -> task.TrainConfig:
                           sample_steps=config.eval.sample_steps)
 
 
-def ref_counts(arm: str, cfg: task.TaskConfig) -> list[int]:
-  """K values an arm is evaluated at (the no-reference arm only at K = 0)."""
-  return [0] if not task.get_arm(arm).use_refs else list(range(1, cfg.max_refs + 1))
+def ref_counts(cfg: task.TaskConfig) -> list[int]:
+  """K values every arm is evaluated at: 1..max_refs. The no-reference arm sees none of them
+  (its generation is the same at every K) but is scored against the same K references as the
+  others, so its identity distance pairs with theirs K by K."""
+  return list(range(1, cfg.max_refs + 1))
 
 
 def _pm(s: dict, digits: int = 1) -> str:
@@ -75,10 +77,10 @@ def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
 
     def oracle(batch):
       one = task.EvalSet(batch, None, eval_set.grid_images)
-      return task.image_metrics(batch.images[:, -1], one, cfg, grid_step)
+      return task.image_metrics(batch.images[:, -1], one, cfg.max_refs, cfg, grid_step)
 
-    ks = jnp.arange(cfg.max_refs + 1)                                   # K = 0..max_refs
-    # [A, K+1, splits, 4] metrics and [A, K+1, splits, n, H, W, 3] images.
+    ks = jnp.asarray(ref_counts(cfg))                                   # K = 1..max_refs
+    # [A, K, splits, 4] metrics and [A, K, splits, n, H, W, 3] images.
     per_split = jax.vmap(evaluate, in_axes=(None, None, None, 0, 0))
     metrics, images = jax.vmap(lambda p, f: jax.vmap(lambda k: per_split(
         p, f, k, eval_set.batch, eval_set.noise))(ks))(params, arm_flags)
@@ -91,14 +93,14 @@ def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
       seed_keys, flags))
   seconds = time.time() - start
   losses = np.asarray(losses)                                         # [S, A, steps]
-  metrics = np.asarray(out["metrics"])                                # [S, A, K+1, splits, 4]
+  metrics = np.asarray(out["metrics"])                                # [S, A, K, splits, 4]
   results = {}
   for a, arm in enumerate(arms):
     per_split = {}
     for i, split in enumerate(task.SPLITS):
-      per_split[split] = {str(k): {name: metrics[:, a, k, i, j].tolist()
+      per_split[split] = {str(k): {name: metrics[:, a, ik, i, j].tolist()
                                    for j, name in enumerate(task.EVAL_METRICS)}
-                          for k in ref_counts(arm, cfg)}
+                          for ik, k in enumerate(ref_counts(cfg))}
     results[arm] = dict(
         metrics=per_split,
         oracle={s: np.asarray(out["oracle"])[:, i].tolist() for i, s in enumerate(task.SPLITS)},
@@ -217,7 +219,8 @@ def run(config, workdir: str) -> dict:
     return f"{arm}: " + "; ".join(cells)
 
   lines = [f"Arm x split x K, mean ± std over {len(seeds)} paired seeds, "
-           f"{cfg.num_test_objects} unseen objects per split:"]
+           f"{cfg.num_test_objects} unseen objects per split (identity distance to the K "
+           f"references shown; {NOREF} sees none and is scored against the same K):"]
   lines += [describe(a) + "." for a in arms]
   lines.append("The ground-truth views themselves score (pose err / id dist): " + "; ".join(
       f"{s} {oracle[s][:, 1].mean():.1f}° / {oracle[s][:, 3].mean():.3f}" for s in task.SPLITS)
