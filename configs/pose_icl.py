@@ -54,36 +54,48 @@ def get_config(arg=None):
   config.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=2e-3, schedule="warmup_cosine", warmup_steps=20))
   config.eval = ml_collections.ConfigDict(dict(
-      sample_steps=10,         # Euler steps of the rectified-flow sampler
+      sample_steps=10,         # Euler steps of the rectified-flow sampler (default reading)
+      other_sample_steps=(1,),  # readings re-scored on the same models (1: posterior mean)
       pose_grid_step=10.0,     # degrees; the pose estimate's search grid (spec: 5)
       num_show=6))             # generated views kept for the notebook / plot
 
   # Declared before the run; judged on paired seeds by jaxlab.report.judge_all. Pose error and
   # PSNR are means over K = 1..max_refs of the per-seed means over the test objects.
+  # Thresholds: the abstract claims "better pose accuracy" than prior methods and gives no
+  # number (a news summary's "+15 %" names no baseline), so the pose criteria ask for any
+  # improvement (0 degrees) beyond 2 paired SE.
+  # Floors: a pose comparison counts only when its baseline beats chance, the pose error of an
+  # output unrelated to the requested pose: 90 degrees (`jaxlab.diffusion.metrics.
+  # CHANCE_POSE_ERROR`, derived there), by 10 degrees (the quick preset's pose-grid step:
+  # a lead smaller than one step of the search is not a pose the metric resolves). A PSNR
+  # comparison counts only when its baseline beats the blank (all-background) view by 1 dB.
+  chance = dict(floor="chance", floor_value=90.0, floor_margin=10.0)
   config.criteria = ml_collections.ConfigDict(dict(
       pose_extrap=dict(
           mechanism=True,  # the same in-context DiT with 2-D RoPE in place of SAPE
           claim="SAPE gives better pose accuracy than a 2-D RoPE + adaLN pose baseline, most "
-                "of all on extrapolated poses",
+                "of all on extrapolated poses (abstract: better pose accuracy, no number)",
           metric="pose error (degrees) on the extrapolated yaw sector, SAPE minus 2-D RoPE",
-          direction="lower", threshold=0.0, unit="deg"),
+          direction="lower", threshold=0.0, unit="deg", **chance),
       pose_interp=dict(
           mechanism=True,  # the same in-context DiT with 2-D RoPE in place of SAPE
-          claim="SAPE gives better pose accuracy than 2-D RoPE + adaLN on held-out poses",
+          claim="SAPE gives better pose accuracy than 2-D RoPE + adaLN on held-out poses "
+                "(abstract: better pose accuracy, no number)",
           metric="pose error (degrees) on interpolated held-out yaws, SAPE minus 2-D RoPE",
-          direction="lower", threshold=0.0, unit="deg"),
+          direction="lower", threshold=0.0, unit="deg", **chance),
       psnr_extrap=dict(
           claim="SAPE reconstructs extrapolated views better than 2-D RoPE + adaLN",
           metric="PSNR (dB) on the extrapolated sector, SAPE minus 2-D RoPE",
-          direction="higher", threshold=0.0, unit="dB", primary=False),
+          direction="higher", threshold=0.0, unit="dB", primary=False,
+          floor="blank view", floor_margin=1.0),
       sape_vs_plucker_extrap=dict(
           claim="(spec's hypothesis) SAPE beats the Plücker-ray baseline on extrapolation",
           metric="pose error (degrees) on the extrapolated sector, SAPE minus Plücker",
-          direction="lower", threshold=0.0, unit="deg", primary=False),
+          direction="lower", threshold=0.0, unit="deg", primary=False, **chance),
       refs_give_identity=dict(
           claim="in-context references carry the subject's identity",
-          metric="colour-histogram distance to the references (both splits), SAPE minus "
-                 "SAPE without references",
+          metric="colour-histogram distance to the K references shown (both splits), SAPE "
+                 "minus SAPE without references",
           direction="lower", threshold=0.0, unit="TV distance", primary=False)))
 
   if preset == "smoke":
