@@ -185,6 +185,14 @@ def _measure(per_arm: dict, reading: int | None = None) -> dict:
   return measured
 
 
+def measure_all(config, per_arm: dict, reading: int | None = None) -> dict:
+  """`_measure` for every criterion of `config.criteria`: one whose arms did not run gets an
+  empty (method, baseline) pair, judged `not measured` (a floored criterion cannot be judged
+  from a missing value)."""
+  measured = _measure(per_arm, reading)
+  return {name: measured.get(name, (np.zeros(0), np.zeros(0))) for name in config.criteria}
+
+
 def interpretations(config, per_arm: dict) -> list:
   """The row's verdict at each sampler reading of `sample_step_readings` (re-scored).
 
@@ -196,7 +204,7 @@ def interpretations(config, per_arm: dict) -> list:
   source = lambda n: ("jaxlab interpretation (a sample of the flow, as the paper's outputs are)"
                       if n > 1 else "jaxlab interpretation (one step: the posterior mean view)")
   return [jaxlab.report.interpretation(
-      "eval.sample_steps", n, config.criteria, _measure(per_arm, n), default=(i == 0),
+      "eval.sample_steps", n, config.criteria, measure_all(config, per_arm, n), default=(i == 0),
       source=source(n)) for i, n in enumerate(readings)]
 
 
@@ -257,7 +265,8 @@ def run(config, workdir: str) -> dict:
         per_arm[a] = cache.get_or_run(a, jaxlab.train.config_hash(key, a), lambda r=result: r)
 
   table = _table(per_arm)
-  row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(per_arm))
+  row_verdict, criteria = jaxlab.report.judge_all(config.criteria,
+                                                  measure_all(config, per_arm))
   readings = interpretations(config, per_arm)
   plots = _plots(workdir, table, per_arm, arms)
   oracle = {s: np.asarray(per_arm[arms[0]]["oracle"][s]) for s in task.SPLITS}  # [S, 4]

@@ -84,7 +84,7 @@ def _per_arm(pose: dict, psnr: dict, ident: dict, noise: float, blank_psnr: floa
 
 def _judge(per_arm: dict, config=None):
   config = config or pose_icl_config.get_config("quick")
-  row, results = judge_all(config.criteria, pose_icl._measure(per_arm))
+  row, results = judge_all(config.criteria, pose_icl.measure_all(config, per_arm))
   return row, {r.name: r.verdict for r in results}
 
 
@@ -128,6 +128,17 @@ def test_a_baseline_at_chance_gives_no_signal_whatever_sape_does():
   # Off chance by more than the margin, the same failing SAPE is judged again.
   pose = _by_arm(150.0, 70.0, 70.0, 90.0)
   row, verdicts = _judge(_per_arm(pose, dict(psnr, rope2d=21.0), ident, noise=0.05))
+  assert row == "did not hold" and verdicts["pose_interp"] == "did not hold", verdicts
+
+
+def test_criteria_of_arms_that_did_not_run_are_not_measured():
+  # quick runs only SAPE and 2-D RoPE: the Plücker (floored) and identity criteria have no
+  # seeds, and the row is judged on the primaries alone.
+  per_arm = _per_arm(_by_arm(60.0, 50.0, 50.0, 50.0), _by_arm(21.0, 22.0, 22.0, 22.0),
+                     _by_arm(0.3, 0.3, 0.3, 0.3), 0.05)
+  per_arm = {a: per_arm[a] for a in ("sape", "rope2d")}
+  row, verdicts = _judge(per_arm)
+  assert verdicts["sape_vs_plucker_extrap"] == verdicts["refs_give_identity"] == "not measured"
   assert row == "did not hold" and verdicts["pose_interp"] == "did not hold", verdicts
 
 
