@@ -43,6 +43,12 @@ def test_smoke_run_writes_table_and_resumes(smoke):
         assert errs.shape == (len(config.seeds),) and ((errs >= 0) & (errs <= 180)).all()
         within = np.asarray(cell["pose_within_15"]["per_seed"])
         assert ((within >= 0) & (within <= 1)).all()
+  # The verdict at each sampler reading, re-scored on the same models; the default is the row's.
+  readings = report["interpretations"]
+  assert [(r["reading"], r["default"]) for r in readings] == [
+      (str(config.eval.sample_steps), True), *((str(n), False)
+                                              for n in config.eval.other_sample_steps)]
+  assert readings[0]["verdict"] == report["verdict"]
   # The generated views for the notebook: [num_show, H, W, 3] per arm and split.
   size = config.task.image_size
   view = np.asarray(results["samples"]["sape"]["extrap"])
