@@ -7,9 +7,9 @@ Presets:
   smoke  8x8 images in 4x4 patches, pitch in [-30, 30], a 1-block DiT, 8 steps, 3 seeds,
          every arm (pipeline check; its time is one XLA compilation of the vmapped train +
          evaluate program).
-  quick  the two arms of the primary criteria (SAPE and 2-D RoPE) at the smallest setting
-         where the baseline's pose error leaves chance within the design's <= 3 min budget
-         on 2 cores: 8x8 images in 2x2 patches (16 tokens per view, 64 with K = 3
+  quick  the two arms of the primary criteria (SAPE and 2-D RoPE), sized so that the
+         baseline's pose error can leave chance (the floor) within the design's <= 3 min
+         budget on 2 cores: 8x8 images in 2x2 patches (16 tokens per view, 64 with K = 3
          references), yaw only (pitch 0: one pose angle to learn), a 2-block d = 64 DiT,
          1200 rectified-flow steps of batch 16 per arm and seed at learning rate 3e-3,
          3 seeds, 64 unseen objects per split; both arms x 3 seeds train as one vmapped

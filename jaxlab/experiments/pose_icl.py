@@ -99,14 +99,14 @@ def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
       return task.image_metrics(view, one, cfg.max_refs, cfg, grid_step)
 
     ks = jnp.asarray(ref_counts(cfg))                                   # K = 1..max_refs
-    metrics = []
+    metrics, images = [], None
     for steps in readings:
       # [A, K, splits, 4] metrics and [A, K, splits, n, H, W, 3] images.
       per_split = jax.vmap(lambda *a, n=steps: evaluate(*a, n), in_axes=(None, None, None, 0, 0))
       m, im = jax.vmap(lambda p, f, ps=per_split: jax.vmap(lambda k: ps(
           p, f, k, eval_set.batch, eval_set.noise))(ks))(params, arm_flags)
       metrics.append(m)
-      images = im if steps == readings[0] else images
+      images = im if images is None else images     # the views of the default reading
     return losses, dict(metrics=jnp.stack(metrics, 1),                 # [A, R, K, splits, 4]
                         oracle=jax.vmap(lambda b: reference(b, False))(eval_set.batch),
                         blank=jax.vmap(lambda b: reference(b, True))(eval_set.batch),
