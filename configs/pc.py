@@ -21,8 +21,9 @@ the anytime bound curve, the soft -> hard gate gap vs alpha; criteria judged on 
 Primary: the VT lower bound and the HFV circuit against the base (the mechanism, each
 floored by a Gaussian fit), the 2-D brackets against an independent quadrature, and their
 tightening over the anytime budget. That the gap widens with dimension is reported as a
-fact, not judged: with few boxes in D >= 10 nothing is certified outside a cell, so log Z+
-stays at its trivial value 0 and the widening follows from the budget alone.
+fact, not judged: a fixed number of bisection steps halves each side of a box ever fewer
+times as D grows, so in D >= 10 the boxes stay too wide to be certified outside a cell,
+log Z+ keeps its value before refinement (0) and the widening follows from the budget.
 """
 
 import ml_collections

@@ -118,6 +118,9 @@ def test_no_primary_criterion_is_the_gap_by_dimension():
   assert set(pc._measure(per_ds)) == set(config.criteria)
   fact = pc._gap_by_dimension(per_ds)
   assert fact.name == "bound_gap_by_dimension" and "20.00 nats (D >= 10)" in fact.value
+  assert "nothing certified" not in fact.value  # here log Z+ = -0.1: not the trivial value
+  per_ds["wine"]["models"]["vt"]["log_z_hi"] = np.full((3, 5), 1e-7).tolist()
+  assert "largest log Z+ 1e-07 (0 up to rounding" in pc._gap_by_dimension(per_ds).value
   del per_ds["wine"]
   assert pc._gap_by_dimension(per_ds) is None
 
