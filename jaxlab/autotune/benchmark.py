@@ -2,6 +2,7 @@
 
 Metrics at a budget T (systems.md 3d), on noise-free cost-model times of the
 config each method would ship (its best *measured* config after T proposals):
+
 * speedup = T(default) / T(best); geo-mean over tasks;
 * Fast@1 = share of tasks with speedup > 1;
 * Correct = share of tasks where >= 1 proposed candidate was valid;

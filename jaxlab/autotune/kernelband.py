@@ -5,7 +5,7 @@ behavioural clusters of P (K-means++ on z-scored features phi), and a K x S
 bandit over (cluster, strategy) arms. Each iteration follows the authors'
 `kernelband/agents/optim_agent.py: OptimAgent.run`, phases 0-4:
 
-1. re-cluster once |P| >= 2K and then every `tau` iterations counted from the
+1. re-cluster once `|P|` >= 2K and then every `tau` iterations counted from the
    last clustering (the code's deviation D1); until the first clustering every
    member is in cluster 0 and the other clusters are empty; a child joins the
    cluster of the arm that produced it;
@@ -257,15 +257,17 @@ class KernelBandPolicy(Policy):
     mask: apply the hardware mask (False = the "no mask" ablation: every arm of
       a non-empty cluster stays playable; the parent rule still uses theta_sat).
     parent_rule: how the parent is drawn within the chosen cluster:
-      "code" (default, the authors' `ucb.py: sample_from_cluster`): softmax over
+
+      * "code" (default, the authors' `ucb.py: sample_from_cluster`): softmax over
         V_hw = theta_sat - h[target] in % at `parent_temperature`, where only
         kernels that were once a cluster representative carry a signature and
         the others score 0;
-      "all_profiled" (jaxlab interpretation, this module's earlier reading): the
+      * "all_profiled" (jaxlab interpretation, this module's earlier reading): the
         same softmax with every kernel profiled;
-      "uniform" (jaxlab interpretation): uniform over the cluster;
-      "fastest" (the code's fallback without hardware signatures): the fastest
+      * "uniform" (jaxlab interpretation): uniform over the cluster;
+      * "fastest" (the code's fallback without hardware signatures): the fastest
         member.
+
     parent_temperature: softmax temperature over headroom in % (1.0 in the code).
     mu0, n0: initial mean reward (0.5) and visit count (1) of every arm.
     kmeans_seed, kmeans_iters: K-means++ seed (42) and Lloyd iterations (50); the

@@ -36,7 +36,7 @@ _HINTS = {
 
 
 def parse_config(reply: str) -> KernelConfig:
-  """The KernelConfig in a reply: its first {...} JSON object (a ```json fence is fine)."""
+  """The KernelConfig in a reply: its first {...} JSON object (also inside a json code fence)."""
   found = re.search(r"\{.*?\}", reply, re.S)
   if found is None:
     raise ValueError(f"the client reply contains no JSON object: {reply[:200]!r}")

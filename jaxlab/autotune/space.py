@@ -5,13 +5,15 @@ A task is one (op, shape, dtype, device) call site; a candidate is a
 config fields (`TUNED_FIELDS`); the others stay at their pinned value, so a
 row-wise op (rmsnorm, softmax) only tunes its row block, warps and stages.
 
-Strategies (systems.md 3a/3d; each targets one resource, index into h):
+Strategies (systems.md 3a/3d; each targets one resource, index into h)::
+
   tiling        -> 2 (on-chip capacity; the paper's L2): block_m or block_n x2 / /2
   vectorization -> 1 (DRAM): block_k x2 / /2
   fusion        -> 1 (DRAM): trade block_n against block_k (x2 one, /2 the other)
   pipeline      -> 0 (compute): num_stages +-1
   reordering    -> 0 (compute): flip grid_order or num_warps x2 / /2
   access_layout -> 1 (DRAM): trade block_m against block_n
+
 jaxlab interpretation: the paper's strategies rewrite kernel source through an
 LLM; here they are deterministic edits of a config (spec 3d).
 """

@@ -43,6 +43,7 @@ needs a mesh to place them on: initialise it inside `jax.set_mesh(jaxlab.train.m
 (a mesh with the 'expert' axis), or without sharding inside
 `nnx.use_eager_sharding(False)`; outside both, flax raises "An auto mesh context or
 metadata is required".
+
   >>> from flax import nnx
   >>> with nnx.use_eager_sharding(False):
   ...   layer = nnx.bridge.lazy_init(nnx.bridge.ToNNX(moe, rngs=nnx.Rngs(0)), x)

@@ -14,6 +14,7 @@ Formats. `fmt` is one of two things:
   * a parametric QAT grid family (`GRID_FAMILIES`), whose bits and group size
     are free knobs so a scaling-law grid can sweep them (these are families,
     not named formats; the named ones live in `jaxlab.formats`):
+
     - "int": INT-b, `bits` in 2..8: symmetric grid [-2^(b-1), 2^(b-1)-1]
       ([-8, 7] for INT4). AbsMax scale s = max|x_group| / M. The spec ([P],
       section 3(b)) says M = 8 for INT4, i.e. M = 2^(b-1)
@@ -31,7 +32,7 @@ shared across tokens (spec: "one learnable clip per group index"; the sigmoid
 ratio form is a jaxlab interpretation of how the clip is parameterized).
 
 Gradient (straight-through, `jax.custom_vjp` on the rounding step): with
-y = x / s, d fake_quant / dx = 1 where |y| <= M (inside the clip range
+`y = x / s`, `d fake_quant / dx = 1` where `|y| <= M` (inside the clip range
 [-c, c]) and 0 outside; the +M -> 2^(b-1)-1 step of `absmax_m="paper"` lies
 inside the range and keeps its gradient. For LAC the clip receives the
 LSQ-style gradient (q - y inside the range, q at clipped elements, times
@@ -40,6 +41,7 @@ STE of `jaxlab.formats.fake_quant`.
 
 Non-finite and tiny inputs (the rule of `jaxlab.formats` for scales, with one
 deliberate difference for element values; a jaxlab interpretation):
+
   * Group (and tensor) amaxes are taken over finite values only, so one NaN
     or Inf never changes what the other elements of its group get.
   * A NaN or +-Inf element passes through unchanged (NaN stays NaN, +-Inf

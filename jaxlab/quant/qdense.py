@@ -154,11 +154,13 @@ def _check_runtime_groups(spec: QuantSpec, group_sizes: tuple, where: str = "") 
 class QuantPolicy(QuantSpec):
   """A `QuantSpec` for every Dense plus per-module overrides by module path.
 
-  Attributes (besides `QuantSpec`'s: w_bits / a_bits (>= 16 = full
+  Besides `QuantSpec`'s attributes (w_bits / a_bits (>= 16 = full
   precision), group_size (G along K; None = per-channel weights / per-token
   activations), w_group_size / a_group_size ("same" = group_size), fmt / w_fmt
   / a_fmt (grid family "int" or "fp4", or a `jaxlab.formats` preset such as
   "nvfp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init):
+
+  Attributes:
     overrides: {regex: {field: value}}; a module whose "/"-joined path matches
       a regex (`re.search`) gets those fields; later entries win. Example:
       {"mlp/down": {"a_bits": 8}} keeps every FC2 input at 8 bits. A pattern

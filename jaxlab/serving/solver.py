@@ -216,10 +216,11 @@ def memory_safe_batch_size(theta: float | int, p0: float | int, mu_l: float | in
 
   `D(theta) = mu_L + (1-theta)/(theta p0) ln(1/(1-theta))` is the mean KV
   footprint per request over an EB cycle.
-    * form="clt" (the authors' code, used for the paper's results): largest N
-      with `N D + sigma sqrt(N ln(1/eps)) <= C`,
-      `sigma^2 = 2 L (1 + (p0 mu_L + L/theta)^2) / p0^2`, `L = -ln(1-theta)`.
-    * form="paper": `floor((C - nu ln(1/eps)) / D)`, `nu = 1/(p0^2 mu_L)`.
+
+  * form="clt" (the authors' code, used for the paper's results): largest N
+    with `N D + sigma sqrt(N ln(1/eps)) <= C`,
+    `sigma^2 = 2 L (1 + (p0 mu_L + L/theta)^2) / p0^2`, `L = -ln(1-theta)`.
+  * form="paper": `floor((C - nu ln(1/eps)) / D)`, `nu = 1/(p0^2 mu_L)`.
 
   Args:
     theta: threshold ratio in (0, 1).

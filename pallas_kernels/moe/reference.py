@@ -19,11 +19,13 @@ the chosen set (Qwen3 `norm_topk_prob=True`; OEA paper Eq. 1).
 Non-finite rule (every router, and so the MoE layer). A logit row is
 *non-finite* when it holds a NaN or a +Inf, or when all its logits are -Inf:
 its softmax is undefined. Such a token is its own problem and nobody else's:
+
   * it selects no expert (an all-False mask row), so it adds nothing to the
     batch's active experts T and nothing to OEA's union of base experts, and
     every other token's mask and weights are those of the batch without it;
   * its weights are NaN (the whole row), so whatever the caller combines with
     them (the MoE layer's output for that token) is NaN, never a silent zero.
+
 A -Inf logit in an otherwise finite row is an ordinary "probability 0" expert.
 OEA padding rows (`valid=False`) get an empty mask and zero weights, whether
 finite or not.
@@ -173,7 +175,7 @@ def oea_route(logits: Float[Array, "b n"], *, k0: int, k_max: int, p: float = 1.
      (p >= 1 means no top-p cut: n_i = k0).
   2. Piggyback: each token adds, in rank order among its ranks < max_p, the
      experts that are in the batch's union of base experts, while it has fewer
-     than k_max experts ("add only while |S_i| < k_max", the spec's reading of
+     than k_max experts ("add only while `|S_i| < k_max`", the spec's reading of
      the printed `if |S_i| > k: break`).
   3. Weights: router probabilities renormalized over the final set.
 
