@@ -60,8 +60,9 @@ def _drop_type_docstrings(app, what, name, obj, options, lines):
   """A constant (a dict, an array, a dataclass instance) shows its own doc comment, not
   its type's docstring (numpy's ndarray, dict's)."""
   del app, name, options
-  if what in ("data", "attribute") and lines and type(obj).__doc__ and (
-      "\n".join(lines).strip().startswith(type(obj).__doc__.strip().splitlines()[0].strip())):
+  first = next((line.strip() for line in lines if line.strip()), "")
+  # An instance's __doc__ is its class's (numpy's carries a text signature on top).
+  if what in ("data", "attribute") and first and first in (getattr(obj, "__doc__", None) or ""):
     lines.clear()
 
 
