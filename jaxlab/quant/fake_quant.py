@@ -88,7 +88,12 @@ _UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
 
 
 def is_grid_family(fmt: Any) -> bool:
-  """Whether `fmt` names a parametric QAT grid family ("int", "fp4")."""
+  """Whether `fmt` names a parametric QAT grid family ("int", "fp4").
+
+  Example:
+    >>> is_grid_family("int"), is_grid_family("nvfp4")
+    (True, False)
+  """
   return isinstance(fmt, str) and fmt in GRID_FAMILIES
 
 
@@ -120,7 +125,14 @@ def resolve_format(fmt: Any, name: str = "fmt") -> "str | formats.Format":
 
 
 def check_bits(bits: Any, name: str = "bits") -> None:
-  """Raises ValueError unless `bits` is an int (not a bool) or an integer array."""
+  """Raises ValueError unless `bits` is an int (not a bool) or an integer array.
+
+  Example:
+    >>> check_bits(4)
+    >>> check_bits(True)
+    Traceback (most recent call last):
+    ValueError: bits must be an int, got the bool True
+  """
   if isinstance(bits, (bool, np.bool_)):
     raise ValueError(f"{name} must be an int, got the bool {bits!r}")
   if isinstance(bits, (int, np.integer)):
@@ -161,6 +173,10 @@ def resolve_group_size(k: int, group_size: int | None, name: str = "group_size")
 
   Raises:
     ValueError: if `group_size` is not a positive divisor of `k` (bools are refused).
+
+  Example:
+    >>> resolve_group_size(64, None), resolve_group_size(64, 16)
+    (64, 16)
   """
   if group_size is None:
     return k
@@ -367,6 +383,14 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   Bits and G that are not allowed (bits outside [2, 8] and >= 16; a G not in
   `group_sizes`, unless bits >= 16) raise ValueError when their values are
   concrete; under trace they give NaN, never another bit width or G.
+
+  Example:
+    >>> x = jnp.array([[0.1, -0.8, 0.4, 0.3]])
+    >>> def f(x, b, g):
+    ...   return fake_quant_dynamic(x, bits=b, group_size=g, group_sizes=(2, 4))
+    >>> f = jax.jit(f)
+    >>> bool(jnp.array_equal(f(x, 4, 2), fake_quant(x, bits=4, group_size=2)))  # one program
+    True
   """
   if x.ndim < 1:
     raise ValueError(f"x must have at least one axis (K last), got shape {x.shape}")
@@ -411,6 +435,10 @@ def kurtosis(x: Float[Array, "*s"]) -> Float[Array, ""]:
   Computed over the whole tensor (tokens and channels together), so channel
   outliers raise it; this pooling is a jaxlab interpretation of the spec's
   "input kurtosis".
+
+  Example:
+    >>> round(float(kurtosis(jax.random.normal(jax.random.key(0), (100_000,)))), 1)
+    3.0
   """
   x = x.astype(jnp.float32).reshape(-1)
   c = x - jnp.mean(x)
@@ -419,7 +447,12 @@ def kurtosis(x: Float[Array, "*s"]) -> Float[Array, ""]:
 
 
 def lac_init_logit(ratio: float = 0.98) -> Any:
-  """The LAC logit whose sigmoid is `ratio` (initial clip = ratio * max|x|)."""
+  """The LAC logit whose sigmoid is `ratio` (initial clip = ratio * max|x|).
+
+  Example:
+    >>> round(float(jax.nn.sigmoid(lac_init_logit(0.98))), 4)
+    0.98
+  """
   if not 0.0 < ratio < 1.0:
     raise ValueError(f"ratio must be in (0, 1), got {ratio}")
   return float(np.log(ratio / (1.0 - ratio)))

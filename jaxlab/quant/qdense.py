@@ -432,6 +432,16 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "",
   Raises:
     ValueError: a `policy.overrides` pattern matches no module of `qat`, or a
       resolved G is not in `group_sizes`.
+
+  Example:
+    >>> import jax
+    >>> policy = QuantPolicy(w_bits=4, a_bits=4, group_size=16, runtime_group_sizes=(16, 32))
+    >>> layer = QDense(8, policy=policy)
+    >>> variables = jax.eval_shape(layer.init, jax.random.key(0), jnp.ones((2, 32)))  # paths only
+    >>> knobs = runtime_knobs(QuantPolicy(w_bits=8, a_bits=16, group_size=32), variables["qat"],
+    ...                       group_sizes=(16, 32))  # W8A16 at G = 32: the same program
+    >>> sorted((k, int(v)) for k, v in knobs.items())
+    [('a_bits', 16), ('a_group', 32), ('w_bits', 8), ('w_group', 32)]
   """
   if group_sizes is None:
     group_sizes = policy.runtime_group_sizes
@@ -463,7 +473,14 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "",
 
 def qdense_factory(policy: QuantPolicy):
   """A `TransformerConfig.dense` factory building `QDense` (lm_head stays `nn.Dense`
-  unless `policy.quantize_lm_head`)."""
+  unless `policy.quantize_lm_head`).
+
+  Example:
+    >>> dense = qdense_factory(QuantPolicy(w_bits=4, a_bits=4, group_size=16))
+    >>> kw = dict(dtype=None, param_dtype=jnp.float32)
+    >>> type(dense(8, name="q", **kw)).__name__, type(dense(8, name="lm_head", **kw)).__name__
+    ('QDense', 'Dense')
+  """
   if not isinstance(policy, QuantPolicy):
     raise ValueError(f"policy must be a QuantPolicy, got {type(policy).__name__}")
 
