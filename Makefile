@@ -56,10 +56,12 @@ $(DOCS_STAMP): pyproject.toml | $(STAMP)
 	touch $(DOCS_STAMP)
 
 # Builds the documentation site into docs/_build/html, warnings as errors (--keep-going
-# reports every one before failing). The notebooks are rendered with their saved outputs,
-# never executed; the API pages are docs/api/*.rst (`python docs/gen_api.py` rewrites them).
+# reports every one before failing; -E reads every page again, since an incremental build
+# would not repeat the warnings of pages it skips). The notebooks are rendered with their
+# saved outputs, never executed; the API pages are docs/api/*.rst (`python docs/gen_api.py`
+# rewrites them).
 docs: $(DOCS_STAMP)
-	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 clean:
 	rm -rf runs .pytest_cache docs/_build docs/notebooks

@@ -20,14 +20,19 @@ extensions = [
     "sphinx.ext.mathjax",
 ]
 
-# The notebooks live in colabs/ (where the tests execute them); a fresh copy is rendered
-# with the outputs they were committed with, never re-executed.
+# The notebooks live in colabs/ (where the tests execute them); a copy is rendered with the
+# outputs they were committed with, never re-executed. Unchanged copies are left alone, so
+# an incremental build does not read them again.
 NOTEBOOKS = pathlib.Path(__file__).parent / "notebooks"
 NOTEBOOKS.mkdir(exist_ok=True)
-for _old in NOTEBOOKS.glob("*.ipynb"):
-  _old.unlink()
-for _nb in sorted((ROOT / "colabs").glob("*.ipynb")):
-  shutil.copyfile(_nb, NOTEBOOKS / _nb.name)
+_sources = {nb.name: nb for nb in (ROOT / "colabs").glob("*.ipynb")}
+for _copy in NOTEBOOKS.glob("*.ipynb"):
+  if _copy.name not in _sources:
+    _copy.unlink()
+for _name, _nb in sorted(_sources.items()):
+  _copy = NOTEBOOKS / _name
+  if not _copy.exists() or _copy.read_bytes() != _nb.read_bytes():
+    shutil.copyfile(_nb, _copy)
 nb_execution_mode = "off"
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
