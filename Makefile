@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxlab-installed
+DOCS_STAMP := $(VENV)/.jaxlab-docs-installed
 
-.PHONY: demo test bench notebooks clean
+.PHONY: demo test bench notebooks docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,5 +50,18 @@ bench: $(STAMP)
 notebooks: $(STAMP)
 	$(BIN)/python -m launch.notebooks $(if $(NOTEBOOKS),--only=$(NOTEBOOKS)) $(if $(PRESET),--preset=$(PRESET))
 
+# The docs extra (Sphinx, myst-nb, the theme) on top of the project's install.
+$(DOCS_STAMP): pyproject.toml | $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# Builds the documentation site into docs/_build/html, warnings as errors (--keep-going
+# reports every one before failing; -E reads every page again, since an incremental build
+# would not repeat the warnings of pages it skips). The notebooks are rendered with their
+# saved outputs, never executed; the API pages are docs/api/*.rst (`python docs/gen_api.py`
+# rewrites them).
+docs: $(DOCS_STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache docs/_build docs/notebooks

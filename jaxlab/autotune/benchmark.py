@@ -2,6 +2,7 @@
 
 Metrics at a budget T (systems.md 3d), on noise-free cost-model times of the
 config each method would ship (its best *measured* config after T proposals):
+
 * speedup = T(default) / T(best); geo-mean over tasks;
 * Fast@1 = share of tasks with speedup > 1;
 * Correct = share of tasks where >= 1 proposed candidate was valid;
@@ -20,7 +21,13 @@ ABLATIONS = ("no_mask", "k1", "heuristic_strategy")
 
 
 def default_tasks(devices=("tpu_v5e", "h100", "h200")) -> list[space.Task]:
-  """12 (op, shape) pairs x the devices: 36 tasks for the three default devices."""
+  """12 (op, shape) pairs x the devices: 36 tasks for the three default devices.
+
+  Example:
+    >>> tasks = default_tasks(("h100",))
+    >>> len(tasks), tasks[0]
+    (12, Task(op='matmul', shape=(1024, 1024, 1024), dtype='bfloat16', device='h100'))
+  """
   shapes = [("matmul", (1024, 1024, 1024)), ("matmul", (64, 4096, 4096)),
             ("matmul", (4096, 512, 2048)), ("gmm", (1024, 512, 1024, 8)),
             ("gmm", (2048, 1024, 512, 32)), ("fp4_dequant_matmul", (256, 2048, 2048)),
@@ -31,7 +38,12 @@ def default_tasks(devices=("tpu_v5e", "h100", "h200")) -> list[space.Task]:
 
 
 def make_policy(method: str, kb: dict) -> kernelband.Policy:
-  """The policy of a method name in `METHODS` (kb: `KernelBandPolicy` kwargs + "epsilon")."""
+  """The policy of a method name in `METHODS` (kb: `KernelBandPolicy` kwargs + "epsilon").
+
+  Example:
+    >>> type(make_policy("kernelband", {})).__name__, type(make_policy("bon", {})).__name__
+    ('KernelBandPolicy', 'BestOfN')
+  """
   kb = dict(kb)
   epsilon = kb.pop("epsilon", 0.1)
   if method == "kernelband":
@@ -57,6 +69,11 @@ def run_method(method: str, tasks: list[space.Task], seeds, budgets, *, noise: f
 
   Returns:
     {"speedup" | "regret" | "correct": [seeds, tasks, len(budgets)] lists}.
+
+  Example:
+    >>> out = run_method("kernelband", default_tasks(("h100",))[:2], seeds=(0, 1), budgets=(5, 10))
+    >>> sorted(out), np.shape(out["speedup"])  # [seeds, tasks, budgets]
+    (['correct', 'regret', 'speedup'], (2, 2, 2))
   """
   if not tasks:
     raise ValueError("tasks must be non-empty")
@@ -85,7 +102,14 @@ def run_method(method: str, tasks: list[space.Task], seeds, budgets, *, noise: f
 
 
 def summarize(arr) -> dict:
-  """[seeds, tasks, budgets] -> per-seed geo-mean speedup, Fast@1, Correct, mean regret."""
+  """[seeds, tasks, budgets] -> per-seed geo-mean speedup, Fast@1, Correct, mean regret.
+
+  Example:
+    >>> out = run_method("kernelband", default_tasks(("h100",))[:2], seeds=(0, 1), budgets=(5, 10))
+    >>> summary = summarize(out)
+    >>> sorted(summary), np.shape(summary["geomean_speedup"])  # [seeds, budgets]
+    (['correct', 'fast1', 'geomean_speedup', 'regret'], (2, 2))
+  """
   a = np.asarray(arr["speedup"])
   return dict(
       geomean_speedup=np.exp(np.log(a).mean(1)).tolist(),          # [seeds, budgets]

@@ -6,7 +6,8 @@ are one of the parametric QAT grid families `GRID_FAMILIES` ("int" INT-b, "fp4" 
 bits and group size free). NaN / +-Inf elements pass through fake quantization
 unchanged and never change the other elements (see `fake_quant`'s module doc).
 
-Public API:
+Public API::
+
   fake_quant(x, *, bits, group_size, fmt="int", absmax_m="paper", clip_logit=None)
   fake_quant(x, fmt="nvfp4")  (a jaxlab.formats preset: bits/block fixed by the format)
   fake_quant_dynamic(x, *, bits, group_size, group_sizes)  (traced bits and G)

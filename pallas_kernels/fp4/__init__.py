@@ -3,6 +3,7 @@
 Numerics are defined by `jaxlab.formats` (see `reference.py`).
 
 Backends (`implementation=`, dispatch in `pallas_kernels._common`):
+
   * quantize: Mosaic TPU, Triton (deprecated; by name only), or the XLA
     reference.
   * dequant_matmul: Mosaic TPU (`kernel.py`, K grid axis + f32 VMEM
@@ -12,6 +13,7 @@ Backends (`implementation=`, dispatch in `pallas_kernels._common`):
     (`kernel.py`; by name only), `jax.nn.scaled_matmul` ("scaled_matmul":
     NVFP4 and MXFP4 weights as `float4_e2m1fn` + `float8_*` scales, where the
     installed jax lowers it: `scaled_matmul_available`), or the XLA reference.
+
 `implementation=None` is XLA on CPU, Mosaic TPU on TPU, and on GPU Mosaic GPU
 where it fits (16-bit activations, its tile rules) else XLA: never Triton.
 Interpret mode only when asked (`interpret=True`, or an explicit kernel on
