@@ -22,20 +22,19 @@ of the fit EB+ sees) is reported as a `Fact`.
 """
 
 import dataclasses
+import functools
 import math
-import os
-import time
 from typing import Any
 
 import ml_collections
 import numpy as np
 
-from jaxlab import report, train
-from jaxlab.presets import config_seeds
+from jaxlab import report
 from jaxlab.serving import cost, simulator, solver
 from jaxlab.serving import schedulers as S
 from jaxlab.serving import workload as W
 from jaxlab.serving.engine_grid import run_engine_grid
+from jaxlab.study import Study
 
 GPUS = {
     "H200": (cost.H200_QWEN3_8B, cost.H200_SPEC, 0.8),
@@ -280,10 +279,8 @@ def _mean(xs) -> float:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """Runs every section per seed (one `ArmCache` arm per seed) and judges the declared criteria."""
-  t_start = time.time()
-  os.makedirs(workdir, exist_ok=True)
-  sim, seeds = config.sim, config_seeds(config)
+  """Runs every section per seed (one `Study` arm per seed) and judges the declared criteria."""
+  sim = config.sim
   if sim.backend not in BACKENDS:
     raise ValueError(f"sim.backend must be one of {BACKENDS}, got {sim.backend!r}")
   # Table 4's criteria compare the lowest with the highest concurrency and the bandwidth one
@@ -295,39 +292,31 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   if len(set(config.sweep.bandwidths_tbs)) < 2:
     raise ValueError(f"sweep.bandwidths_tbs needs >= 2 distinct bandwidths, got "
                      f"{tuple(config.sweep.bandwidths_tbs)}")
-  cache = train.ArmCache(workdir)
-  key = train.config_hash(sim, config.sweep, config.engine)
-  per_seed, laps = [], {}
-  for s in seeds:
-    t0 = time.time()
-    per_seed.append(cache.get_or_run(f"seed_{s}", train.config_hash(key, s),
-                                     lambda s=s: _nan_if_failed(lambda: run_seed(config, s), s)))
-    laps[f"seed_{s}"] = time.time() - t0
+  study = Study(config, workdir, key=(sim, config.sweep, config.engine, config.seed),
+                total=len(config.seeds) + bool(config.engine.enabled))
+  seeds = study.seeds
+  runs = study.arms({f"seed_{s}": functools.partial(_nan_if_failed, functools.partial(
+      run_seed, config, s), s) for s in seeds})
+  per_seed = [runs[f"seed_{s}"] for s in seeds]
   if config.engine.enabled:
     # One compiled engine and one calibration on this machine; the grid runs once per workload
     # seed. A seed whose simulated sections failed keeps its engine result.
-    t0 = time.time()
-    engine = cache.get_or_run("engine", train.config_hash(config.engine, config.seed, seeds),
-                              lambda: run_engine_grid(config.engine, config.seed, workload_seeds=seeds))
-    laps["engine"] = time.time() - t0
+    engine = study.arm("engine", lambda: run_engine_grid(config.engine, config.seed,
+                                                         workload_seeds=seeds), seeds)
     for s, e in zip(per_seed, engine["per_seed"], strict=True):
       s["engine"] = e
   else:
     engine = {"status": "not measured"}
   shares = crossover_shares(sim)
   ablation = table4_ablation(sim, seeds[0])
-  verdict, results = report.judge_all(config.criteria, measure(per_seed, config))
+  study.judge(measure(per_seed, config))
   fact_list = facts(shares, sim)
 
   ok = [s for s in per_seed if "failed" not in s]
   first = ok[0] if ok else None
-  plots = []
   if first is not None:
-    try:
-      plots.append(report.save_plot(workdir, "table4.png", lambda ax: _plot_table4(ax, ok, sim)))
-      plots.append(report.save_plot(workdir, "bandwidth_sweep.png", lambda ax: _plot_sweep(ax, ok)))
-    except ImportError:
-      pass
+    study.plot("table4.png", lambda ax: _plot_table4(ax, ok, sim))
+    study.plot("bandwidth_sweep.png", lambda ax: _plot_sweep(ax, ok))
 
   def avg(fn):
     return _mean([fn(s) for s in ok])
@@ -359,26 +348,21 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       + "jaxlab interpretations: MB steps priced at the recent decode share; occupancy EMA weights; "
       "roofline kappa fixed (0.8/0.2 unreachable by the roofline fit); engine EB+ evaluation period "
       "and occupancy floor scaled down to the tiny runs.")
-  row = report.ReportRow(
+  return study.finish(
       method="EB / EB+ batching (threshold-based exclusive batching)",
       paper_claim="EB+ matches the better of MB/EB at every load (within ~0.5%); EB gains where "
                   "MB interference is high (RTX prefill-heavy +41.9%); Table 5 EB+ over v1 +37.5% (RTX); "
                   "the gain falls with bandwidth; Prop. 4 predicts the faster mode",
       baseline=f"MB (vLLM v1 chunked prefill): RTX prefill-heavy {mb_pf:.0f} tok/s (roofline)",
       ours=f"EB {rtx_pf:+.1%} on RTX prefill-heavy; EB+ worst gap {worst:+.2%}; Table 5 RTX EB+ {rtx_t5:+.1%}",
-      verdict=verdict, details=details, plots=tuple(plots), criteria=results, facts=fact_list)
-  res: dict[str, Any] = {
-      "experiment": "ebplus", "preset": config.preset, "seeds": seeds, "config": config.to_dict(),
-      "per_seed": per_seed, "crossover_shares": shares, **ablation,
-      "fig4": first["fig4"] if first else {}, "table4": first["table4"] if first else {},
-      "table5": first["table5"] if first else {},
-      "bandwidth_sweep": first["bandwidth_sweep"] if first else [],
-      "engine": {k: v for k, v in engine.items() if k != "per_seed"},
-      "criteria": [dataclasses.asdict(r) for r in results],
-      "facts": [dataclasses.asdict(f) for f in fact_list],
-      "seed_seconds": laps, "report": dataclasses.asdict(row), "wall_seconds": time.time() - t_start}
-  report.write_results(workdir, res)
-  return res
+      details=details, facts=fact_list,
+      results={
+          "experiment": "ebplus", "preset": config.preset, "seeds": seeds, "config": config.to_dict(),
+          "per_seed": per_seed, "crossover_shares": shares, **ablation,
+          "fig4": first["fig4"] if first else {}, "table4": first["table4"] if first else {},
+          "table5": first["table5"] if first else {},
+          "bandwidth_sweep": first["bandwidth_sweep"] if first else [],
+          "engine": {k: v for k, v in engine.items() if k != "per_seed"}})
 
 
 def _table4_summary(ablation: dict, c_lo: int, c_hi: int) -> str:
