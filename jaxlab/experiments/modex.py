@@ -35,7 +35,7 @@ from jaxlab.study import Study, mean_std
 from jaxlab.uq.classifiers import DIRICHLET_MODELS, MODELS, make_model, predict
 from jaxlab.uq.classifiers import train as train_classifier
 from jaxlab.uq.digits_ood import OOD_SETS, VARIANTS, build_datasets, toy_2d
-from jaxlab.uq.evaluation import evaluate, summarise
+from jaxlab.uq.evaluation import train_and_evaluate
 
 __all__ = ["DIRICHLET_MODELS", "MODELS", "OOD_SETS", "VARIANTS", "build_datasets", "make_model",
            "measure", "predict", "run", "toy_2d", "train_classifier"]
@@ -86,13 +86,6 @@ def measure(summary: dict[str, dict[str, dict[str, Any]]],
 # ------------------------------------------------------------------------------- run
 
 
-def _stack_padded(arrays: list[np.ndarray], n_pad: int) -> np.ndarray:
-  out = np.zeros((len(arrays), n_pad) + arrays[0].shape[1:], np.float32)
-  for i, a in enumerate(arrays):
-    out[i, :len(a)] = a
-  return out
-
-
 def _fmt(s: dict[str, float]) -> str:
   return mean_std(s, sep="+-")
 
@@ -116,31 +109,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                       config.optimizer, config.eval.num_bins))
   seeds = study.seeds  # distinct: a repeated seed would be an identical "pair"
   datasets = [build_datasets(config, s) for s in seeds]
-  n_pad = max(len(d["train"][v][0]) for d in datasets for v in config.variants)
-  names = list(datasets[0]["eval"])
-  sizes = [len(datasets[0]["eval"][n]) for n in names]
-  eval_slices = {n: slice(a, a + z) for n, a, z in zip(names, np.cumsum([0] + sizes)[:-1], sizes,
-                                                         strict=True)}
-  x_eval = np.stack([np.concatenate([d["eval"][n] for n in names]) for d in datasets])
-
-  def cell(kind, variant):
-    x = _stack_padded([d["train"][variant][0] for d in datasets], n_pad)
-    y = _stack_padded([d["train"][variant][1] for d in datasets], n_pad)
-    n_valid = np.array([len(d["train"][variant][0]) for d in datasets])
-    model, params, losses = train_classifier(kind, config, x, y, n_valid, seeds)
-    # One forward pass over all eval sets of all seeds (one shape: compiled once).
-    pred = predict(kind, model, params, x_eval, batched=True)
-    per_seed = []
-    for s, d in enumerate(datasets):
-      preds = {name: pred.take((s, sl)) for name, sl in eval_slices.items()}
-      per_seed.append(evaluate(kind, preds, d["id_labels"], config.eval.num_bins))
-    losses = np.asarray(losses)
-    return {"summary": summarise(per_seed),
-            "final_loss": losses[:, -max(1, len(losses[0]) // 10):].mean(1).tolist(),
-            "loss_curve": losses.mean(0)[:: max(1, losses.shape[1] // 100)].tolist(),
-            "n_train": n_valid.tolist()}
-
-  cells = study.arms({f"{v}/{m}": functools.partial(cell, m, v)
+  cells = study.arms({f"{v}/{m}": functools.partial(train_and_evaluate, m, config, datasets,
+                                                    seeds, v)
                       for v in config.variants for m in config.models})
   summary = {v: {m: cells[f"{v}/{m}"]["summary"] for m in config.models} for v in config.variants}
   row_verdict, criteria = study.judge(measure(summary, config.variants))
