@@ -23,10 +23,9 @@ import os
 
 import numpy as np
 
-from jaxlab.autotune import benchmark, cost_model, kernelband, proposers, space, timing
+from jaxlab.autotune import benchmark, cost_model, space
 from jaxlab.presets import split_names
 from jaxlab.study import Study
-from pallas_kernels import tuning
 from pallas_kernels.fp4 import ops as fp4_ops
 from pallas_kernels.moe import ops as moe_ops
 
@@ -83,31 +82,6 @@ def _measure(summ: dict, methods: list[str], bi: int, default_regret: float) -> 
     measured["regret_vs_best_baseline"] = (np.asarray(summ[METHOD]["regret"])[:, bi], best,
                                            np.full(len(best), default_regret))
   return measured
-
-
-def _tuning_table(tasks, kb: dict, budget: int, seed: int, noise: float) -> tuning.TuningTable:
-  ev, prop = cost_model.CostModelEvaluator(noise), proposers.LocalProposer()
-  table = tuning.TuningTable()
-  for ti, task in enumerate(tasks):
-    if task.op in _TUNING_OPS:
-      res = kernelband.run_search(task, benchmark.make_policy(METHOD, kb), ev, prop,
-                                  budget=budget, seed=seed * 1000 + ti)
-      table.add(_TUNING_OPS[task.op], task.shape, task.dtype,
-                cost_model.get_device(task.device).device_kind, res.best_after(budget))
-  return table
-
-
-def _timing_demo(cfg, kb: dict) -> dict:
-  task = space.Task(cfg.op, tuple(cfg.shape), cfg.dtype, "cpu")
-  ev = timing.TimingEvaluator(repeats=cfg.repeats)
-  res = kernelband.run_search(task, benchmark.make_policy(METHOD, kb), ev,
-                              proposers.LocalProposer(), budget=cfg.budget, seed=0)
-  best = res.best_after(cfg.budget)
-  best_time = min([res.default.time] + [t.time for t in res.trials if t.ok])
-  return dict(task=task.name, default=res.default.config.to_dict(),
-              default_seconds=res.default.time, best=best.to_dict(), best_seconds=best_time,
-              speedup=res.default.time / best_time,
-              valid=int(sum(t.ok for t in res.trials)), trials=len(res.trials))
 
 
 def _plot(study, summ, methods, budgets):
@@ -172,10 +146,15 @@ def run(config, workdir: str) -> dict:
     study.interpretation(knob, r, _measure(alt, methods, bi, default_regret),
                          source=_RULE_SOURCES[r])
 
-  table = _tuning_table(tasks, kb, max(budgets), seeds[0], config.noise)
+  table = benchmark.tuning_table(tasks, kb, _TUNING_OPS, budget=max(budgets), seed=seeds[0],
+                                 noise=config.noise)
   tuning_path = os.path.join(workdir, "tuning.json")
   table.save(tuning_path)
-  timing_result = _timing_demo(config.timing, kb) if config.timing.enabled else None
+  timing_result = None
+  if config.timing.enabled:
+    t = config.timing
+    timing_result = benchmark.timing_run(space.Task(t.op, tuple(t.shape), t.dtype, "cpu"), kb,
+                                         budget=t.budget, repeats=t.repeats)
   _plot(study, summ, methods, budgets)
 
   def cell(m, b):
