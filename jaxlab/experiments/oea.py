@@ -188,9 +188,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       ours=(f"OEA k0={best}: T={oea['T']:.1f} ({-100 * t_cut:+.0f}%), "
             f"CE={oea['ce']:.4f} ({100 * ce_increase:+.2f}%); pruned k0={best}: "
             f"T={pruned['T']:.1f}, CE={pruned['ce']:.4f}"),
-      details=(f"preset={config.preset}; {config.model.num_layers} layers, d={config.model.d_model}, "
-               f"{m.num_experts} experts of width {m.d_ff}, top-{m.k}, {config.train.num_steps} "
-               f"steps; one trained model, {len(study.seeds)} evaluation seeds {study.seeds}, "
+      details=(f"preset={config.preset}; {config.model.num_layers} layers, "
+               f"d={config.model.d_model}, {m.num_experts} experts of width {m.d_ff}, top-{m.k}, "
+               f"{config.train.num_steps} steps; one trained model, {len(study.seeds)} evaluation seeds {study.seeds}, "
                f"each {e.num_seqs} held-out val windows of {e.seq_len} bytes decoded by every "
                f"routing in the same batches. Criteria at B={b}, k0={best} (declared): T cut >= "
                f"{100 * min_cut:.0f}%, CE <= +{100 * max_increase:.0f}% of vanilla, "
