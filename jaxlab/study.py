@@ -73,6 +73,17 @@ def mean_std(values: Any, *, digits: int = 3, scale: float | int = 1.0, sep: str
   return f"{scale * mean:.{digits}f}{sep}{scale * std:.{digits}f}"
 
 
+def _plain(x: Any) -> Any:
+  """ConfigDicts as dicts, at any depth (so a key hashes their values, not their repr)."""
+  if isinstance(x, ml_collections.ConfigDict):
+    x = x.to_dict()
+  if isinstance(x, Mapping):
+    return {str(k): _plain(v) for k, v in x.items()}
+  if isinstance(x, (tuple, list)):
+    return [_plain(v) for v in x]
+  return x
+
+
 class Study:
   """One reproduction run: its arms (cached), its judged criteria, plots and results.json.
 
@@ -122,7 +133,7 @@ class Study:
     os.makedirs(workdir, exist_ok=True)
     if key is None:
       key = {k: v for k, v in config.to_dict().items() if k != "criteria"}
-    self._key = config_hash(key)
+    self._key = config_hash(_plain(key))
     self._cache = ArmCache(workdir, total=total, desc=str(config.get("experiment", "arms")),
                            progress_mode=progress_mode)
     self._total_given, self._declared = total is not None, 0
@@ -179,7 +190,7 @@ class Study:
               "cpu_seconds": time.process_time() - start[0]}
     # The arm's compute time is cached with its result, so a resumed run still reports it.
     stored = self._cache.get_or_run(
-        name, config_hash(self._key, *key) if key else self._key, timed)
+        name, config_hash(self._key, *map(_plain, key)) if key else self._key, timed)
     self.arm_seconds[name] = stored["seconds"]
     self.arm_cpu_seconds[name] = stored["cpu_seconds"]
     return stored["result"]

@@ -81,6 +81,15 @@ def test_the_key_decides_what_is_reused(tmp_path):
   assert calls.calls[-1] == "a" and len(calls.calls) == 6
 
 
+def test_a_key_of_config_sections_hashes_their_values(tmp_path):
+  calls = Calls()
+  for width, lr in ((4, 0.1), (8, 0.1), (8, 0.2)):
+    config = _config(width=width, optimizer=dict(learning_rate=lr, sft=dict(learning_rate=lr)))
+    Study(config, str(tmp_path), key=(config.optimizer,), progress_mode="off").arms(
+        {"a": calls("a", 1.0)})
+  assert calls.calls == ["a", "a"]  # width is not in the key; the nested rate is
+
+
 def test_progress_counts_every_declared_arm(tmp_path, caplog):
   calls = Calls()
   with caplog.at_level(logging.INFO, logger="jaxlab.progress"):
