@@ -21,8 +21,9 @@ seeds (vectorised), one seed of a sweep, one reading of an interpretation knob.
 Its cache key fingerprints `key` (by default the whole config but `criteria`,
 which never changes what an arm computes), so a changed config never reuses a
 stale result. `results.json` holds the method's own `results` plus the standard
-keys `criteria`, `facts`, `report` and `wall_seconds` (and, when arms ran, each arm's
-compute time: `arm_seconds`, `arm_cpu_seconds`).
+keys `criteria`, `facts`, `report` and, when arms ran, each arm's compute time
+(`arm_seconds`, `arm_cpu_seconds`, stored with the arm). A resumed run writes the
+same file as the run it resumes: nothing in it is the wall time of this process.
 """
 
 import dataclasses
@@ -39,7 +40,7 @@ from jaxlab.presets import config_seeds
 from jaxlab.train.arm_cache import ArmCache, config_hash
 
 # Keys `Study.finish` writes; a method's own results may not reuse them.
-STANDARD_KEYS = ("criteria", "facts", "report", "wall_seconds", "arm_seconds", "arm_cpu_seconds")
+STANDARD_KEYS = ("criteria", "facts", "report", "arm_seconds", "arm_cpu_seconds")
 
 
 def mean_std(values: Any, *, digits: int = 3, scale: float | int = 1.0, sep: str = " ± ") -> str:
@@ -120,7 +121,7 @@ class Study:
     >>> results = study.finish(method="a", paper_claim="a beats b", baseline="b",
     ...                        ours="a", results={"cells": cells})
     >>> sorted(results)
-    ['arm_cpu_seconds', 'arm_seconds', 'cells', 'criteria', 'facts', 'report', 'wall_seconds']
+    ['arm_cpu_seconds', 'arm_seconds', 'cells', 'criteria', 'facts', 'report']
     >>> Study(config, workdir, progress_mode="off").arms({"a": lambda: 0})["a"]  # cached
     [1.0, 1.1, 1.2]
   """
@@ -129,7 +130,6 @@ class Study:
                total: int | None = None, progress_mode: str | None = None):
     self.config, self.workdir = config, workdir
     self.seeds = config_seeds(config) if "seeds" in config else [int(config.seed)]
-    self._start = time.time()
     os.makedirs(workdir, exist_ok=True)
     if key is None:
       key = {k: v for k, v in config.to_dict().items() if k != "criteria"}
@@ -244,9 +244,8 @@ class Study:
       results: the method's own results (tables, per-seed values, summaries).
 
     Returns:
-      `results` plus "criteria", "facts", "report" (the row as a dict), "wall_seconds"
-      since the study began and, when arms ran, "arm_seconds" and "arm_cpu_seconds";
-      as written.
+      `results` plus "criteria", "facts", "report" (the row as a dict) and, when arms
+      ran, "arm_seconds" and "arm_cpu_seconds"; as written.
 
     Raises:
       ValueError: `judge` was not called, or `results` reuses a standard key.
@@ -264,7 +263,7 @@ class Study:
         facts=tuple(facts), interpretations=tuple(self.interpretations))
     results.update(criteria=[dataclasses.asdict(c) for c in self.criteria],
                    facts=[dataclasses.asdict(f) for f in facts],
-                   report=dataclasses.asdict(row), wall_seconds=time.time() - self._start)
+                   report=dataclasses.asdict(row))
     if self.arm_seconds:
       results.update(arm_seconds=dict(self.arm_seconds),
                      arm_cpu_seconds=dict(self.arm_cpu_seconds))

@@ -124,6 +124,17 @@ def test_finish_judges_and_writes_results_json(tmp_path):
   assert on_disk["cells"]["b"]["score"] == [0.5, 0.51, 0.52]
 
 
+def test_a_resumed_run_writes_the_same_results_json(tmp_path):
+  def run(calls):
+    study = Study(_config(), str(tmp_path), progress_mode="off")
+    _finish(study, study.arms(_arms(calls)))
+    return (tmp_path / "results.json").read_text()
+
+  first, calls = run(Calls()), Calls()
+  assert run(calls) == first and calls.calls == []
+  assert set(json.loads(first)["arm_seconds"]) == {"a", "b"}
+
+
 def test_failing_numbers_do_not_hold(tmp_path):
   study = Study(_config(), str(tmp_path), progress_mode="off")
   cells = study.arms(_arms(Calls(), a=0.52, b=0.5))  # a ahead by 0.02, short of 0.1
