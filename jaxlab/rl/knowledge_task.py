@@ -629,8 +629,10 @@ def make_seed_runs(model: KnowledgePolicy, tasks: Task, keys: Array, task_cfg: T
   return lambda: sft(tasks, keys), rl
 
 
-def seed_table(tables: Float[Array | np.ndarray, "s 4 5"]) -> dict[str, dict[str, dict]]:
+def seed_table(tables: Any) -> dict[str, dict[str, dict]]:
   """Per-seed `evaluate` tables as {group: {metric: `jaxlab.report.seed_summary`}}.
+
+  `tables` is array-like, [seeds, 4, 5] (e.g. a cached arm's nested lists).
 
   Example:
     >>> t = seed_table(np.full((3, 4, 5), 0.5))
