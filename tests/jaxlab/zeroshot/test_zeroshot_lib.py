@@ -219,6 +219,18 @@ def test_kmeans_and_route_use_only_the_active_centres():
     routing.kmeans(x, 6, jax.random.key(0), num_active=7)
 
 
+def test_kmeans_and_silhouette_never_build_on_a_nan_point():
+  x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [jnp.nan, 0.9]])
+  with pytest.raises(ValueError, match="x must be finite"):
+    routing.kmeans(x, 2, jax.random.key(0))
+  # Traced: every centre NaN and no cluster (-1), never a partition around the NaN.
+  for restarts in (1, 3):
+    assign, centers = jax.jit(lambda v, r=restarts: routing.kmeans(
+        v, 2, jax.random.key(0), num_restarts=r))(x)
+    assert np.isnan(np.asarray(centers)).all() and np.asarray(assign).tolist() == [-1] * 4
+  assert np.isnan(float(routing.silhouette(x, jnp.array([0, 0, 1, 1]), 2)))
+
+
 def test_chance_levels_hand_values():
   groups = jnp.array([0, 0, 0, 1, 1])
   seen = jnp.array([True, True, False, True, False])
