@@ -216,11 +216,12 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None,
                                   "config.total_env_steps")
   params_at = denv.params_at
   n, ns = config.num_envs, config.num_steps
+  # Built first: a bad optimizer key fails before any network is initialised.
+  tx = build_optimizer(DEFAULT_OPTIMIZER if optimizer is None else optimizer,
+                       config.num_gradient_steps)
   net = ActorCritic(env.num_actions, config.hidden, **config.network_dtypes())
   _, unravel = ravel_pytree(net.init(jax.random.key(0),
                                      jnp.zeros((env.obs_dim,))))
-  tx = build_optimizer(DEFAULT_OPTIMIZER if optimizer is None else optimizer,
-                       config.num_gradient_steps)
   sched = aes_plumbing.AESWeights(config.ent_coef, config)
   per_eval = config.total_updates // config.num_evals
   mb = n * ns // config.num_minibatches
