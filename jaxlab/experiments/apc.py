@@ -59,6 +59,8 @@ PAPER_CLAIM = ("APC (placeholders at high-entropy positions, trained with SFT on
                "targets + cost-reward RL) cuts the expected editing cost by 19%-50% vs hard "
                "completion, with hard-completion performance unchanged; above a critical "
                "entropy threshold a placeholder is strictly cheaper than a guess")
+
+
 def _pm(values, pct=False) -> str:
   return mean_std([x for x in values if x is not None], digits=1 if pct else 3,
                   scale=100 if pct else 1)
