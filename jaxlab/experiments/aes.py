@@ -89,38 +89,6 @@ def _fmt(s: dict, digits: int = 1) -> str:
   return mean_std(s, digits=digits, sep=" +- ")
 
 
-def _plots(study: Study, name: str, r: dict) -> None:
-  steps = 100.0 * np.asarray(r["steps"]) / r["total_steps"]
-  marks = [100.0 * c / r["total_steps"] for c in r["change_points"]]
-
-  def draw_curves(ax):
-    for arm, c in r["curves"].items():
-      c = np.asarray(c)
-      mu, sd = c.mean(0), c.std(0)
-      ax.plot(steps, mu, label=arm)
-      ax.fill_between(steps, mu - sd, mu + sd, alpha=0.2)
-    for x in marks:
-      ax.axvline(x, color="k", ls="--", lw=0.8)
-    ax.set_xlabel("% of training")
-    ax.set_ylabel("evaluation return")
-    ax.set_title(f"{r['env']} {r['algo'].upper()} ({r['drift_mode']} drift)")
-    ax.legend(fontsize=7)
-
-  def draw_lam(ax):
-    for arm, c in r["lam"].items():
-      ax.plot(steps, np.asarray(c).mean(0), label=arm)
-    for x in marks:
-      ax.axvline(x, color="k", ls="--", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("% of training")
-    ax.set_ylabel("lambda_t (temperature / ent. coef.)")
-    ax.set_title(f"{r['env']}: entropy weight over time")
-    ax.legend(fontsize=7)
-
-  study.plot(f"{name}_return.png", draw_curves)
-  study.plot(f"{name}_lambda.png", draw_lam)
-
-
 def pool(runs: dict, arm: str, metric: str) -> np.ndarray | None:
   """Per-seed values of `arm` for a criterion metric, pooled over `runs`.
 
@@ -186,7 +154,9 @@ def run(config, workdir: str) -> dict:
       name = f"{tname}_{mode}"
       runs[name] = study.arm(name, lambda t=config[tname], m=mode: _run_task(
           t, m, config, study.seeds), config[tname])
-      _plots(study, name, runs[name])
+      study.plot(f"{name}_return.png", lambda ax, r=runs[name]: aes_plumbing.draw_run(ax, r))
+      study.plot(f"{name}_lambda.png",
+                 lambda ax, r=runs[name]: aes_plumbing.draw_run(ax, r, weights=True))
   names = [c.name for c in jaxlab.report.criteria_from_config(config.criteria)]
   study.judge(measure(runs, judged, names))
   facts = [jaxlab.report.Fact(

@@ -41,32 +41,6 @@ def reading_runs(config, arms: list[str]) -> dict[str, tuple[str, object, str]]:
   return kt.reading_runs(config.get("readings", {}), arms)
 
 
-def reading_source(knob: str, value) -> str:
-  """Where a reading of an interpretation knob comes from (shown in the report).
-
-  Args:
-    knob: a key of `config.ucpo`.
-    value: its reading.
-
-  Returns:
-    The source: the paper where it says, else "jaxlab interpretation" and why.
-
-  Example:
-    >>> reading_source("dura_b", 0.0)
-    'jaxlab interpretation: the model-evolution term off (b = 0)'
-  """
-  if knob == "uncertain_norm":
-    return ("the paper, abstract ('independently normalize deterministic and uncertain "
-            "rollouts'); pooling the batch's uncertain rollouts is jaxlab interpretation"
-            if value == "batch" else
-            "jaxlab interpretation: DURA's value is the uncertain rollouts' advantage")
-  if knob == "dura_b":
-    return ("jaxlab interpretation: the model-evolution term off (b = 0)"
-            if float(value) == 0 else
-            "jaxlab interpretation: the abstract's model-evolution term on, gain b = k")
-  return "jaxlab interpretation"
-
-
 def _configs(config):
   """The task, policy, SFT and RL settings of `config`, and the SFT and RL optimizers."""
   task_cfg = kt.TaskConfig(**{**config.task.to_dict(),
@@ -127,12 +101,12 @@ def _interpretations(interpret, config, table: dict, arms: list[str], counts: np
   for knob, values in config.get("readings", {}).items():
     default = config.ucpo[knob]
     out.append(interpret(f"ucpo.{knob}", default, _measure(table, arms, counts, num_answers),
-                         default=True, source=reading_source(knob, default)))
+                         default=True, source=kt.reading_source(knob, default)))
     for value in values:
       swapped = {**table, **{arm: table[name] for name, (k, v, arm) in runs.items()
                              if k == knob and v == value}}
       out.append(interpret(f"ucpo.{knob}", value, _measure(swapped, arms, counts, num_answers),
-                           source=reading_source(knob, value)))
+                           source=kt.reading_source(knob, value)))
   return out
 
 

@@ -14,7 +14,8 @@ so `jax.vmap` trains every arm at once. What they share lives here:
     per-evaluation summary (deterministic-policy return under the current
     params plus window means of the training info).
   * `drift_summary`: one arm's evaluation curves over seeds scored by
-    `jaxlab.rl.metrics.drift_metrics` (degradation, recovery, nAUC).
+    `jaxlab.rl.metrics.drift_metrics` (degradation, recovery, nAUC);
+    `draw_run`: a run's return or entropy-weight curves per arm.
 
 Example:
   >>> import jax.numpy as jnp
@@ -230,3 +231,41 @@ def drift_summary(steps: np.ndarray, curves: np.ndarray, levels: np.ndarray,
   summary["censored"] = sum(not e["recovered"] for e in events)
   summary["events"] = len(events)
   return summary
+
+
+def draw_run(ax: Any, run: Mapping[str, Any], *, weights: bool = False) -> None:
+  """Each arm's evaluation return (mean ± std over seeds), or its entropy weight lambda_t
+  (mean, log scale), against % of training, change points dashed, on a matplotlib `ax`.
+
+  Args:
+    ax: the axes.
+    run: one task x drift-mode run of `jaxlab.experiments.aes` (its "steps",
+      "total_steps", "change_points", "curves" and "lam" per arm [seeds, evals],
+      "env", "algo", "drift_mode").
+    weights: draw lambda_t instead of the return.
+
+  Example:
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> run = dict(steps=[10, 20], total_steps=20, change_points=[10], env="pendulum",
+    ...            algo="sac", drift_mode="abrupt", curves={"aes": [[1.0, 2.0]]},
+    ...            lam={"aes": [[0.1, 0.2]]})
+    >>> draw_run(plt.figure().gca(), run, weights=True)
+  """
+  steps = 100.0 * np.asarray(run["steps"]) / run["total_steps"]
+  for arm, c in (run["lam"] if weights else run["curves"]).items():
+    c = np.asarray(c)
+    ax.plot(steps, c.mean(0), label=arm)
+    if not weights:
+      ax.fill_between(steps, c.mean(0) - c.std(0), c.mean(0) + c.std(0), alpha=0.2)
+  for c in run["change_points"]:
+    ax.axvline(100.0 * c / run["total_steps"], color="k", ls="--", lw=0.8)
+  ax.set_xlabel("% of training")
+  if weights:
+    ax.set_yscale("log")
+    ax.set_ylabel("lambda_t (temperature / ent. coef.)")
+    ax.set_title(f"{run['env']}: entropy weight over time")
+  else:
+    ax.set_ylabel("evaluation return")
+    ax.set_title(f"{run['env']} {run['algo'].upper()} ({run['drift_mode']} drift)")
+  ax.legend(fontsize=7)

@@ -423,6 +423,32 @@ def reading_runs(readings: Any, arms: list[str]) -> dict[str, tuple[str, Any, st
   return runs
 
 
+def reading_source(knob: str, value) -> str:
+  """Where a reading of an interpretation knob comes from (shown in the report).
+
+  Args:
+    knob: a knob of `named_arm` (`KNOB_ARMS`).
+    value: its reading.
+
+  Returns:
+    The source: the paper where it says, else "jaxlab interpretation" and why.
+
+  Example:
+    >>> reading_source("dura_b", 0.0)
+    'jaxlab interpretation: the model-evolution term off (b = 0)'
+  """
+  if knob == "uncertain_norm":
+    return ("the paper, abstract ('independently normalize deterministic and uncertain "
+            "rollouts'); pooling the batch's uncertain rollouts is jaxlab interpretation"
+            if value == "batch" else
+            "jaxlab interpretation: DURA's value is the uncertain rollouts' advantage")
+  if knob == "dura_b":
+    return ("jaxlab interpretation: the model-evolution term off (b = 0)"
+            if float(value) == 0 else
+            "jaxlab interpretation: the abstract's model-evolution term on, gain b = k")
+  return "jaxlab interpretation"
+
+
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
   """RL with G samples per prompt (the advantage rule and its constants are the `Arm`'s).
