@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import linen as nn
 from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Int
@@ -119,7 +118,3 @@ class PrivacyVAD(nn.Module):
     logits = nn.Dense(1, name="score", **kw)(h)[..., 0]
     return VADOutput(logits, private, q_g, q_o)
 
-
-def make_optimizer(learning_rate: optax.ScalarOrSchedule) -> optax.GradientTransformation:
-  """Adam, as RTFM trains its head (a separate function so tests can observe the rate)."""
-  return optax.adam(learning_rate)

@@ -234,7 +234,7 @@ NOT_YET_PORTED = {
     "jaxlab/diffusion/icl_task.py",
     "jaxlab/experiments/apc.py", "jaxlab/experiments/bench_lm_train.py",
     "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py",
-    "jaxlab/experiments/sata.py", "jaxlab/privacy/mil.py",
+    "jaxlab/experiments/sata.py",
     "jaxlab/recsys/training.py", "jaxlab/retrieval/training.py", "jaxlab/rl/knowledge_task.py",
     "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py", "jaxlab/zeroshot/expansion.py",
     "jaxlab/zeroshot/world.py",
