@@ -184,8 +184,8 @@ def make_mlp_head(tx: optax.GradientTransformation, *, hidden: int = 32, depth: 
   Full-batch training with `tx` on the interior sites' MSE (inputs other than the treatments, and Y,
   standardised over the interior). tau_hat = mean_s f(A_s = 1) - f(A_s = 0) and
   delta_hat = mean_s f(Abar_N = 1) - f(Abar_N = 0), over the interior sites.
-  jaxlab interpretation: the authors' second head is a small U-Net on the patch; the
-  issue asks for a small MLP.
+  jaxlab interpretation: the authors' second head is a small U-Net on the patch; a small
+  MLP stands in for it.
 
   Args:
     tx: the optimizer (`jaxlab.train.optimizer`).

@@ -24,8 +24,8 @@ from jaxlab.privacy.world import World, WorldConfig, make_world
 
 __all__ = [
     "Arm", "OrthogonalProjection", "PrivacyVAD", "TrainConfig", "World", "WorldConfig",
-    "chance_rate", "evaluate", "evaluation", "face_alignment_loss", "face_probe_accuracy", "make_arm",
-    "make_world", "metrics", "mil", "orthogonality_penalty", "orthonormal_basis", "project",
-    "projection", "projector", "score_kl", "snippet_auc", "subspace_similarity", "topk_mean",
-    "topk_mil_loss", "train", "training", "world",
+    "chance_rate", "evaluate", "evaluation", "face_alignment_loss", "face_probe_accuracy",
+    "make_arm", "make_world", "metrics", "mil", "orthogonality_penalty", "orthonormal_basis",
+    "project", "projection", "projector", "score_kl", "snippet_auc", "subspace_similarity",
+    "topk_mean", "topk_mil_loss", "train", "training", "world",
 ]

@@ -3,7 +3,7 @@
 Weak supervision: only the video label is known. Each snippet gets an anomaly score in
 (0, 1); a video's score is the mean of its top-k snippet scores, trained with binary
 cross-entropy against the video label (RTFM's top-k MIL, without its feature-magnitude
-term: jaxlab interpretation, spec §2(d) "light RTFM").
+term: jaxlab interpretation, a "light RTFM").
 
 `PrivacyVAD` places G-OPL right after the backbone feature (early suppression, as the paper
 recommends) and OPL after it, either on the same features (`opl_placement="input"`) or on

@@ -4,9 +4,10 @@ An `Arm` holds traced scalars (the G-OPL rank, the OPL rank, λ_face), so a whol
 over k and λ_face runs through one compiled program: "none" is (0, 0, 0), OPL(k) is
 (0, k, 0), G-OPL(k) + OPL(k) is (k, k, λ_face).
 
-Loss (spec §2(a)): L = L_MIL + λ_face L_face + λ_orth (||Q_g^T Q_g - I||^2 + ||Q_o^T Q_o - I||^2),
-with L_MIL the top-k MIL BCE (`jaxlab.privacy.mil.topk_mil_loss`) and L_face the G-OPL
-alignment on frames with a face (`jaxlab.privacy.projection.face_alignment_loss`).
+Loss (the paper's L_total, one orthogonality term per projection):
+L = L_MIL + λ_face L_face + λ_orth (||Q_g^T Q_g - I||^2 + ||Q_o^T Q_o - I||^2), with L_MIL
+the top-k MIL BCE (`jaxlab.privacy.mil.topk_mil_loss`) and L_face the G-OPL alignment
+on frames with a face (`jaxlab.privacy.projection.face_alignment_loss`).
 
 Example:
   >>> import jax, jax.numpy as jnp, optax
@@ -41,11 +42,11 @@ class TrainConfig:
   Attributes:
     num_steps: optimizer steps.
     batch_size: videos per step (each with all its snippets).
-    top_k: snippets in the top-k MIL mean (the spec: 3).
+    top_k: snippets in the top-k MIL mean (RTFM's: 3).
     lam_orth: λ_orth (jaxlab interpretation: the paper's value was not found).
     hidden: the scorer's hidden width.
     max_rank: rows of each projection's W, >= the largest k of the sweep.
-    mode: "qr" or "direct" projection (jaxlab interpretation, spec note [O]).
+    mode: "qr" or "direct" projection (jaxlab interpretation, see `projection`).
     opl_placement: "input" or "hidden" (jaxlab interpretation, see `mil.PrivacyVAD`).
   """
   num_steps: int = 400
