@@ -14,6 +14,7 @@ from jaxlab.uq._metrics import (
     misclassification_auroc,
     ood_aupr,
     ood_auroc,
+    top1_correct,
 )
 from jaxlab.uq.classifiers import DIRICHLET_MODELS, Prediction, predict, train
 from jaxlab.uq.digits_ood import OOD_SETS
@@ -23,7 +24,7 @@ def evaluate(kind: str, preds: dict[str, Prediction], id_labels: np.ndarray,
              num_bins: int = 15) -> dict[str, float]:
   """All metrics of one model and seed from its predictions on every eval set."""
   pid = preds["id"]
-  correct = pid.probs.argmax(-1) == id_labels
+  correct = top1_correct(pid.probs, id_labels)
   m = {"accuracy": accuracy(pid.probs, id_labels),
        "ece": expected_calibration_error(pid.probs, id_labels, num_bins=num_bins),
        "brier": brier_score(pid.probs, id_labels),
