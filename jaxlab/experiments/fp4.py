@@ -22,29 +22,18 @@ every arm on the seed's held-out windows (paired). MixFP4's SQNR >= NVFP4's is
 true by construction and reported as a `Fact`.
 """
 
-import dataclasses
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 
-from jaxlab import data, formats, report
-from jaxlab.nn import Transformer
-from jaxlab.quant.ptq import (
-  activation_policy,
-  error_table,
-  fake_quant_kernels,
-  kernel_errors,
-  synthetic_tensor,
-)
-from jaxlab.quant.qdense import ACT_SCALES, qdense_factory
+from jaxlab import formats, report
+from jaxlab.quant.ptq import error_table, ptq_study, synthetic_tensor
+from jaxlab.quant.qdense import ACT_SCALES
 from jaxlab.study import Study
-from jaxlab.train import lm as train_lm
 
-__all__ = ["EVAL_SEED_STRIDE", "measure", "ptq_study", "run", "synthetic_study"]
-
-EVAL_SEED_STRIDE = 1000  # window seed of evaluation seed s: lm.eval_seed + 1000 * s
+__all__ = ["measure", "ptq_study", "run", "synthetic_study"]
 
 
 def synthetic_study(config: ml_collections.ConfigDict, seed: int) -> dict[str, dict[str, Any]]:
@@ -53,36 +42,6 @@ def synthetic_study(config: ml_collections.ConfigDict, seed: int) -> dict[str, d
   return {dist: error_table([synthetic_tensor(dist, jax.random.key(seed * 1000 + i),
                                               (s.rows, s.cols))], config.formats)
           for i, dist in enumerate(s.distributions)}
-
-
-def ptq_study(config: ml_collections.ConfigDict, workdir: str,
-              seeds: list[int]) -> dict[str, Any]:
-  """PTQ of the base LM of `config` (its lm sections), trained once into `config.base_lm_dir`.
-
-  Returns per-seed lists (in `seeds` order) of val bits/byte: "fp32" [seeds] and
-  "w4a16"/"w4a4" {format: [seeds]}, plus the weight SQNR study.
-  """
-  c = config.lm
-  model, params, corpus = train_lm.pretrained(config, config.base_lm_dir or f"{workdir}/base_lm")
-  arms = [("fp32", None, model, params)]
-  for name in c.ptq_formats:
-    qparams = fake_quant_kernels(params, name, quantize_lm_head=c.quantize_lm_head)
-    policy = activation_policy(name, act_scale=c.act_scale, quantize_lm_head=c.quantize_lm_head)
-    w4a4 = Transformer(dataclasses.replace(model.config, dense=qdense_factory(policy)))
-    arms += [("w4a16", name, model, qparams), ("w4a4", name, w4a4, qparams)]
-  losses = {m: jax.jit(train_lm.next_byte_loss(m)) for m in {a[2] for a in arms}}
-  res: dict[str, Any] = {"fp32": [], "w4a16": {n: [] for n in c.ptq_formats},
-                         "w4a4": {n: [] for n in c.ptq_formats}, "seeds": list(seeds)}
-  for s in seeds:
-    batches = [data.lm_batch(corpus.val, i, batch_size=c.eval_batch_size, seq_len=c.eval_seq_len,
-                             seed=c.eval_seed + EVAL_SEED_STRIDE * s)
-               for i in range(c.eval_num_batches)]
-    for regime, name, m, p in arms:
-      bpb = train_lm.bits_per_byte(lambda p, b, m=m: losses[m](p, b, None)[0], p, batches)
-      (res["fp32"] if name is None else res[regime][name]).append(bpb)
-  res["weights"] = kernel_errors(params, config.formats)
-  res["num_params"] = int(sum(x.size for x in jax.tree.leaves(params)))
-  return res
 
 
 def measure(syn_per_seed: list[dict], ptq: dict | None) -> dict[str, Any]:
@@ -142,7 +101,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   seeds = study.seeds
   arms = {"synthetic": lambda: [synthetic_study(config, s) for s in seeds]}
   if config.lm.enabled:
-    arms["ptq"] = lambda: ptq_study(config, workdir, seeds)
+    arms["ptq"] = lambda: ptq_study(config, config.base_lm_dir or f"{workdir}/base_lm", seeds)
   done = study.arms(arms)
   syn_per_seed, ptq = done["synthetic"], done.get("ptq")
   syn = _mean_tables(syn_per_seed)

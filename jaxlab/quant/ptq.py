@@ -13,11 +13,11 @@ The LM head stays in float unless `quantize_lm_head` (as in `QuantPolicy`). The 
 format on a tensor: `format_error` (SQNR, MSE, bits/element, MixFP4's E1M2 share), over
 several tensors and formats at once `error_table` (one compiled program per tensor shape),
 on synthetic distributions `synthetic_tensor`, on a model's kernels `kernel_errors`.
+`ptq_study` scores a trained byte LM's held-out bits/byte in FP32, W4A16 and W4A4.
 
 Example:
   >>> import dataclasses, jax, jax.numpy as jnp
   >>> from jaxlab.nn import Transformer, TransformerConfig
-  >>> from jaxlab.quant import qdense_factory
   >>> cfg = TransformerConfig(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=64)
   >>> tokens = jnp.zeros((1, 8), jnp.int32)
   >>> params = Transformer(cfg).init(jax.random.key(0), tokens)["params"]
@@ -28,6 +28,7 @@ Example:
   (1, 8, 256)
 """
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -35,19 +36,23 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from flax import traverse_util
 from jax import Array
 from jaxtyping import Float
 
-from jaxlab import formats
+from jaxlab import data, formats
+from jaxlab.nn import Transformer
 from jaxlab.quant.fake_quant import FULL_PRECISION_BITS
-from jaxlab.quant.qdense import QuantPolicy
+from jaxlab.quant.qdense import QuantPolicy, qdense_factory
+from jaxlab.train import lm as train_lm
 
 DISTRIBUTIONS = ("gaussian", "laplace", "student_t3", "uniform")
+EVAL_SEED_STRIDE = 1000  # window seed of evaluation seed s: lm.eval_seed + 1000 * s
 
-__all__ = ["DISTRIBUTIONS", "activation_policy", "error_table", "fake_quant_kernels",
-           "format_error", "kernel_errors", "synthetic_tensor"]
+__all__ = ["DISTRIBUTIONS", "EVAL_SEED_STRIDE", "activation_policy", "error_table",
+           "fake_quant_kernels", "format_error", "kernel_errors", "ptq_study", "synthetic_tensor"]
 
 
 def _preset(fmt: str) -> formats.Format:
@@ -235,3 +240,48 @@ def kernel_errors(params: Mapping, names: Sequence[str]) -> dict[str, dict[str, 
   kernels = [v for k, v in flat.items() if k.endswith("/kernel") and v.ndim == 2]
   return error_table(kernels, names, axis=0)
 
+
+def ptq_study(config: ml_collections.ConfigDict, cache_dir: str,
+              seeds: Sequence[int]) -> dict[str, Any]:
+  """PTQ of a base byte LM: held-out bits/byte in FP32, W4A16 and W4A4 per format and seed.
+
+  Args:
+    config: the base LM's sections (`jaxlab.train.lm.pretrained`), `formats` (the
+      presets of the weight error study) and `lm`: ptq_formats, quantize_lm_head,
+      act_scale, eval_batch_size, eval_num_batches, eval_seq_len, eval_seed.
+    cache_dir: where the base LM is trained once and reloaded afterwards.
+    seeds: evaluation seeds; seed s scores every regime on its own held-out windows
+      (window seed `lm.eval_seed + EVAL_SEED_STRIDE * s`).
+
+  Returns:
+    Per-seed lists (in `seeds` order) of val bits/byte: "fp32" [seeds] and
+    "w4a16" / "w4a4" {format: [seeds]}; "weights" (`kernel_errors` of the base LM's
+    kernels for `config.formats`), "num_params" and "seeds".
+
+  Example::
+
+    from launch.configs import load_config
+    res = ptq_study(load_config("fp4", "smoke"), "runs/base_lm", seeds=(0, 1))
+    res["w4a4"]["mixfp4"]   # bits/byte per seed
+  """
+  c = config.lm
+  model, params, corpus = train_lm.pretrained(config, cache_dir)
+  arms = [("fp32", None, model, params)]
+  for name in c.ptq_formats:
+    qparams = fake_quant_kernels(params, name, quantize_lm_head=c.quantize_lm_head)
+    policy = activation_policy(name, act_scale=c.act_scale, quantize_lm_head=c.quantize_lm_head)
+    w4a4 = Transformer(dataclasses.replace(model.config, dense=qdense_factory(policy)))
+    arms += [("w4a16", name, model, qparams), ("w4a4", name, w4a4, qparams)]
+  losses = {m: jax.jit(train_lm.next_byte_loss(m)) for m in {a[2] for a in arms}}
+  res: dict[str, Any] = {"fp32": [], "w4a16": {n: [] for n in c.ptq_formats},
+                         "w4a4": {n: [] for n in c.ptq_formats}, "seeds": list(seeds)}
+  for s in seeds:
+    batches = [data.lm_batch(corpus.val, i, batch_size=c.eval_batch_size, seq_len=c.eval_seq_len,
+                             seed=c.eval_seed + EVAL_SEED_STRIDE * s)
+               for i in range(c.eval_num_batches)]
+    for regime, name, m, p in arms:
+      bpb = train_lm.bits_per_byte(lambda p, b, m=m: losses[m](p, b, None)[0], p, batches)
+      (res["fp32"] if name is None else res[regime][name]).append(bpb)
+  res["weights"] = kernel_errors(params, config.formats)
+  res["num_params"] = int(sum(x.size for x in jax.tree.leaves(params)))
+  return res
