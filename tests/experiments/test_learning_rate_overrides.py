@@ -13,6 +13,7 @@ import numpy as np
 import optax
 import pytest
 
+import jaxlab.train
 from jaxlab.experiments import REGISTRY, aes, apc, ucpo, zeroshot
 from jaxlab.experiments import modex as modex_exp
 from jaxlab.optim import master_free
