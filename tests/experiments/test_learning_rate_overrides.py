@@ -8,15 +8,16 @@ the experiment ignored would fail it.
 
 import pathlib
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 import jaxlab.train
-from jaxlab.experiments import REGISTRY, aes, apc, eco, qat_scaling, ucpo, zeroshot
+from jaxlab.experiments import REGISTRY, aes, apc, ucpo, zeroshot
 from jaxlab.experiments import modex as modex_exp
+from jaxlab.optim import master_free
+from jaxlab.quant import qat_grid
 from jaxlab.rl import sac
 from jaxlab.train import lm as train_lm
 from jaxlab.train import optimizers
@@ -61,20 +62,20 @@ def test_fp4_base_model_follows_the_learning_rate(tmp_path):
 
 
 def test_eco_lm_arms_use_optimizer_learning_rate(monkeypatch):
+  # ECO's LM arms build their optimizer with `jaxlab.train.optimizer` (base= ECO's AdamW)
+  # from config.optimizer (tests/jaxlab/train/test_optimizers.py checks every key of it).
   config = load_config("eco", "smoke")
   config.optimizer.learning_rate = 0.25
   seen = []
-  real = jaxlab.train.make_schedule
 
-  def spy(opt, num_steps):
-    sched = real(opt, num_steps)
-    seen.append(float(sched(opt.warmup_steps)))
+  def spy(opt, num_steps, **kwargs):
+    seen.append((opt.learning_rate, num_steps, kwargs["base"].func.__name__))
     raise _Stop
 
-  monkeypatch.setattr(jaxlab.train, "make_schedule", spy)
+  monkeypatch.setattr(master_free, "optimizer", spy)
   with pytest.raises(_Stop):
-    eco.train_arm(config, "eco_sr", "fp8_e4m3", corpus=None, model=None)
-  assert seen == [pytest.approx(0.25)]
+    master_free.lm_program(config, "eco_sr", "fp8_e4m3", model=None)
+  assert seen == [(pytest.approx(0.25), config.train.num_steps, "eco_adamw")]
 
 
 def test_modex_uses_optimizer_learning_rate(monkeypatch):
@@ -100,18 +101,19 @@ def test_modex_uses_optimizer_learning_rate(monkeypatch):
 
 
 def test_qat_scaling_uses_optimizer_learning_rate(monkeypatch):
+  # The grid's trainer builds its optimizer with `jaxlab.train.optimizer` from
+  # config.optimizer (tests/jaxlab/train/test_optimizers.py checks every key of it).
   config = load_config("qat_scaling", "smoke")
   config.optimizer.learning_rate = 0.5
   seen = []
 
-  def spy(model, t, opt):
-    sched = jaxlab.train.make_schedule(opt, jnp.int32(100))
-    seen.append(float(jax.jit(sched)(jnp.int32(10))))
+  def spy(opt, num_steps, **kwargs):
+    seen.append(opt.learning_rate)
     raise _Stop
 
-  monkeypatch.setattr(qat_scaling, "make_trainer", spy)
+  monkeypatch.setattr(qat_grid, "optimizer", spy)
   with pytest.raises(_Stop):
-    qat_scaling.run_cells(config, "/nonexistent-never-written")
+    qat_grid.train_cells(config, config.seeds)
   assert seen == [pytest.approx(0.5)]
 
 

@@ -2,6 +2,7 @@
 trainer outside it building an optax optimizer from config values."""
 
 import ast
+import functools
 import pathlib
 
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxlab import train
+from jaxlab import optim, train
 from jaxlab.train import optimizers
 from launch.configs import config_names, load_config
 
@@ -81,6 +82,56 @@ def test_modex_config_builds_the_adamw_it_always_did():
   opt = load_config("modex", "smoke").optimizer
   old = optax.adamw(train.make_schedule(opt, 200), weight_decay=opt.weight_decay)
   np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 200)), _trajectory(old))
+
+
+def test_qat_scaling_config_builds_the_update_it_always_did():
+  # The QAT grid's trainer before the builder: clip, Adam's moments, decoupled decay, then
+  # p - lr * u with lr on the schedule (num_steps traced: the grid's budget).
+  opt = load_config("qat_scaling", "smoke").optimizer
+  n = jnp.int32(24)
+  old_tx = optax.chain(optax.clip_by_global_norm(opt.grad_clip),
+                       optax.scale_by_adam(b1=opt.b1, b2=opt.b2),
+                       optax.add_decayed_weights(opt.weight_decay))
+  sched = train.make_schedule(opt, n)
+  params = {"w": jnp.asarray([1.0, -2.0, 0.5, 3.0, -0.1, 2.0])}
+  scale = jnp.asarray([30.0, 1.0, 1e-7, 0.3, 5.0, 1e-3])
+  state, old = old_tx.init(params), []
+  for i in range(12):
+    grads = {"w": scale * jnp.sin(params["w"] + 0.3 * i)}
+    updates, state = old_tx.update(grads, state, params)
+    lr = sched(jnp.int32(i))
+    params = jax.tree.map(lambda p, u, lr=lr: p - lr * u, params, updates)
+    old.append(params["w"])
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, n)), np.stack(old))
+
+
+def test_eco_config_builds_the_clipped_eco_adamw_it_always_did():
+  # ECO's LM arms before the builder: clip, then ECO's AdamW (or master AdamW) on the schedule.
+  config = load_config("eco", "smoke")
+  opt, n = config.optimizer, config.train.num_steps
+  q = optim.Quantizer("fp8_e4m3", granularity="row")
+  kw = dict(b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay)
+  eco = dict(quantizer=q, stochastic_rounding=True, key=3, injection="eco")
+  clip = optax.clip_by_global_norm(opt.grad_clip)
+  pairs = [
+      (True, train.optimizer(opt, n, base=functools.partial(optim.eco_adamw, **eco)),
+       optax.chain(clip, optim.eco_adamw(train.make_schedule(opt, n), **kw, **eco))),
+      (False, train.optimizer(opt, n, base=optim.master_adamw),
+       optax.chain(clip, optim.master_adamw(train.make_schedule(opt, n), **kw)))]
+  for stored_quantized, new, old in pairs:
+    runs = []
+    for tx in (new, old):
+      params = {"w": jnp.linspace(-1.0, 1.0, 32).reshape(4, 8)}
+      if stored_quantized:
+        params = optim.quantize_params(params, q)
+      state, out = tx.init(params), []
+      for i in range(5):  # warmup (3 steps) and into the cosine
+        w = optim.dequantize_params(params)["w"] if stored_quantized else params["w"]
+        updates, state = tx.update({"w": jnp.sin(w + 0.3 * i)}, state, params)
+        params = optim.apply_eco(params, updates)
+        out.append(optim.dequantize_params(params)["w"] if stored_quantized else params["w"])
+      runs.append(np.stack(out))
+    np.testing.assert_array_equal(*runs)
 
 
 def _rl_optimizers():
@@ -287,10 +338,8 @@ DEFINES_OPTIMIZERS = {"jaxlab/train/optimizers.py", "jaxlab/optim/baselines.py"}
 # `jaxlab.train.optimizer` removes it here; the list only shrinks.
 NOT_YET_PORTED = {
     "jaxlab/diffusion/icl_task.py", "jaxlab/experiments/bench_lm_train.py",
-    "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py",
     "jaxlab/experiments/sata.py", "jaxlab/recsys/training.py", "jaxlab/retrieval/training.py",
-    "jaxlab/zeroshot/expansion.py",
-    "jaxlab/zeroshot/world.py",
+    "jaxlab/zeroshot/expansion.py", "jaxlab/zeroshot/world.py",
 }
 
 
