@@ -13,7 +13,7 @@ CRC-checked index). Fault injection:
   --fail-save=...   every checkpoint directory creation (mkdir) or file
                     write (write) fails with ENOSPC, as on a full disk.
   --nan-at=K        the batch of step K (1-based) is NaN, so the loss diverges.
-`flip_array_data` damages a saved checkpoint's array data in place.
+`flip_array_data` and `flip_file_bytes` damage a saved checkpoint's array data.
 """
 
 import argparse
@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import tensorstore as ts
 from orbax.checkpoint._src.path import async_path
 
 from jaxlab import train
@@ -64,7 +65,26 @@ def run(workdir: str, *, nan_at: int = 0, num_steps: int = NUM_STEPS) -> train.T
                           workdir=workdir, checkpoint_every=CKPT_EVERY, log_every=1)
 
 
-def flip_array_data(workdir, step, offset=0, nbytes=8):
+def flip_array_data(workdir, step, offset=0, nbytes=8, name="params.w1"):
+  """Inverts `nbytes` bytes of array `name`'s stored data in checkpoint `step`, `offset`
+  bytes past the middle of the array, as a bit flip in its data file would.
+
+  The bytes are flipped in the decoded array (rewritten through tensorstore into the
+  same OCDBT store): the files' own layers (zstd-compressed chunks, CRC-checked index)
+  then stay valid, as for the flips that used to restore silently. A flip in the
+  compressed file bytes instead may or may not break decompression, depending on where
+  it lands (`flip_file_bytes`).
+  """
+  path = os.path.join(workdir, "checkpoints", str(step), "default")
+  arr = ts.open({"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": f"file://{path}/",
+                                               "path": f"{name}/"}}).result()
+  data = bytearray(np.ascontiguousarray(arr.read().result()).tobytes())
+  at = len(data) // 2 + offset
+  data[at:at + nbytes] = bytes(b ^ 0xFF for b in data[at:at + nbytes])
+  arr.write(np.frombuffer(bytes(data), arr.dtype.numpy_dtype).reshape(arr.shape)).result()
+
+
+def flip_file_bytes(workdir, step, offset=0, nbytes=8):
   """Inverts `nbytes` bytes mid-way (+ `offset`) through the largest array data file of
   checkpoint `step` (under a `d/` directory of its OCDBT store). Returns that file."""
   files = [os.path.join(root, name)
