@@ -6,8 +6,9 @@ VENV := .venv
 EXTRAS := dev,gymnax
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxlab-installed
+DOCS_STAMP := $(VENV)/.jaxlab-docs-installed
 
-.PHONY: demo test test312 bench notebooks clean
+.PHONY: demo test test312 bench notebooks docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,10 +52,24 @@ test312:
 bench: $(STAMP)
 	$(BIN)/python -m launch.bench --out=runs/bench/bench.json
 
-# Executes every notebook in colabs/ on its smoke setting and saves its outputs in place
-# (NOTEBOOKS=quickstart,fp4 runs only those).
+# Executes every notebook in colabs/ and saves its outputs in place: the quick preset's where
+# it takes a few minutes, else the smoke setting's (PRESET=smoke|quick forces one;
+# NOTEBOOKS=quickstart,fp4 runs only those).
 notebooks: $(STAMP)
-	$(BIN)/python -m launch.notebooks $(if $(NOTEBOOKS),--only=$(NOTEBOOKS))
+	$(BIN)/python -m launch.notebooks $(if $(NOTEBOOKS),--only=$(NOTEBOOKS)) $(if $(PRESET),--preset=$(PRESET))
+
+# The docs extra (Sphinx, myst-nb, the theme) on top of the project's install.
+$(DOCS_STAMP): pyproject.toml | $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# Builds the documentation site into docs/_build/html, warnings as errors (--keep-going
+# reports every one before failing; -E reads every page again, since an incremental build
+# would not repeat the warnings of pages it skips). The notebooks are rendered with their
+# saved outputs, never executed; the API pages are docs/api/*.rst (`python docs/gen_api.py`
+# rewrites them).
+docs: $(DOCS_STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache docs/_build docs/notebooks

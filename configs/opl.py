@@ -20,6 +20,22 @@ first privacy layer, ARD (KL between KDEs of scores with and without the project
 Expected result (spec §2(d)): G-OPL brings the probe near chance (<= 60% vs >= 95%) with
 AUC within 1 point at small k; plain OPL lowers the probe only slightly. The criteria below
 are declared before the run and judged on paired seeds, whatever the outcome.
+
+The face-anomaly coupling (`world.face_coupling`, jaxlab interpretation). The spec's world
+has faces in half the snippets, "correlated 0.3 with anomaly"; the paper states no such
+number (its data are real surveillance videos), so the reading is ours, and it decides how
+much anomaly signal the faces carry. Anomalous snippets are rare (8.6% with these
+defaults), so reading 0.3 as the phi correlation of the two indicators forces
+P(face | anomalous) = 0.99 vs 0.45 for normal snippets: a face comes with nearly every
+anomaly, the detector's own loss keeps the face direction, and no projection can remove
+faces without removing anomaly evidence. Read as a risk difference, P(face | anomalous) -
+P(face | normal) = 0.3 gives 0.77 vs 0.47 (phi 0.17): faces still entangled with
+anomalies, but not a near-certain cue. The paper's claim is that the face attribute can
+be projected out while detection is kept (ShanghaiTech AUC 97.3 with G-OPL vs 97.0
+without), which presupposes faces that are not themselves the anomaly evidence; of the
+two readings the risk difference is the one consistent with that premise, so it is the
+default. The report judges the row at both readings (`opl.face_coupling_readings`),
+rerunning only the arms the primary criteria read (none, OPL(small_k), G-OPL(small_k)).
 """
 
 import ml_collections
@@ -39,7 +55,8 @@ def get_config(arg=None):
       num_train=400, num_test=200, num_snippets=32, feat_dim=128, task_dim=8, face_dim=4,
       nuisance_dim=16, noise=0.1, crop_noise=0.1, abnormal_fraction=0.5, anomaly_len=(3, 8),
       anomaly_shift=2.5, face_rate=0.5, face_anomaly_corr=0.3,
-      face_mean=1.5))               # jaxlab interpretation: faces shift the feature mean
+      face_mean=1.5,                # jaxlab interpretation: faces shift the feature mean
+      face_coupling="risk_difference"))  # jaxlab interpretation of the 0.3 (docstring)
   # train.batch_size counts videos (each with all its snippets).
   config.train = ml_collections.ConfigDict(dict(
       num_steps=400, batch_size=32, top_k=3, hidden=32))
@@ -53,7 +70,8 @@ def get_config(arg=None):
       mode="qr",                     # jaxlab interpretation (spec [O]): "qr" or "direct"
       opl_placement="input",         # jaxlab interpretation: "input" or "hidden"
       small_k=4,                     # the k the criteria judge (the paper's best, k = 4)
-      criteria_lambda=1.0))          # the λ_face the criteria judge
+      criteria_lambda=1.0,           # the λ_face the criteria judge
+      face_coupling_readings=("phi", "risk_difference")))  # the row is judged at each
   # The face probe (FPD): LinearSVC on a fixed per-seed subsample of test snippets.
   config.eval = ml_collections.ConfigDict(dict(probe_samples=2000, probe_folds=5, probe_c=1.0))
 
@@ -66,7 +84,10 @@ def get_config(arg=None):
       auc_kept=dict(
           claim="G-OPL keeps detection: AUC within 1 point at small k (paper 97.3 vs RTFM 97.0)",
           metric="snippet AUC, G-OPL(k=small_k) + OPL minus no projection",
-          direction="higher", threshold=-0.01, unit="AUC"),
+          direction="higher", threshold=-0.01, unit="AUC",
+          # Keeping the AUC of a detector at chance shows nothing: the unprojected detector
+          # must rank anomalous snippets above normal ones (the paper's host: 0.97).
+          floor="chance", floor_value=0.5, floor_margin=0.1),
       opl_probe_weaker=dict(
           mechanism=True,  # G-OPL's projection against OPL alone
           claim="plain OPL lowers the face probe only slightly; G-OPL far more",

@@ -14,6 +14,10 @@ def parse_preset(arg: str | None, *, default: str = "quick",
 
   Raises:
     ValueError: if `arg` names no known preset.
+
+  Example:
+    >>> parse_preset("smoke"), parse_preset(None)
+    ('smoke', 'quick')
   """
   preset = (arg or default).strip()
   if preset not in valid:

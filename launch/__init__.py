@@ -1,6 +1,7 @@
-"""absl entry points: `launch.main`, `launch.reproduce`, `launch.bench`, `launch.notebooks`.
+"""absl entry points: `launch.main`, `launch.reproduce`, `launch.bench`, `launch.notebooks`, and
+the `jaxlab` command (`launch.cli`) that runs the first three.
 
-`python -m launch.<entry>` imports this package before anything else, so it sets the
+`python -m launch.<entry>` (and `jaxlab`) imports this package before anything else, so it sets the
 process-wide thread policy here, before NumPy or SciPy load: OpenBLAS gets one thread
 (unless OPENBLAS_NUM_THREADS is already set). jaxlib's CPU linear algebra (QR,
 triangular solves, Cholesky, ...) calls SciPy's OpenBLAS from inside XLA's own thread

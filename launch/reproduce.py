@@ -9,12 +9,13 @@ experiment failed (its row then says so).
 """
 
 import os
+import sys
 
 from absl import app, flags, logging
 
 from jaxlab.train import malloc
 from launch import cpu_devices
-from launch.runner import reproduce
+from launch.runner import check_reproduce, reproduce
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Root directory of the runs and report.")
 _PRESET = flags.DEFINE_enum("preset", "quick", ["smoke", "quick", "full"], "Preset of every run.")
@@ -26,6 +27,11 @@ def main(argv):
     raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  try:  # every config and the workdir, before any compute: one line, exit 1
+    check_reproduce(_WORKDIR.value, _PRESET.value, _ONLY.value)
+  except ValueError as e:
+    sys.stderr.write(f"FATAL {e}\n")
+    sys.exit(1)
   malloc.use_for_launch("default")  # JAXLAB_MALLOC=reuse opts in; before XLA starts
   cpu_devices.apply()
   path, failures = reproduce(_WORKDIR.value, _PRESET.value, _ONLY.value)

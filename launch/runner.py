@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from jaxlab import report, train
+from jaxlab import config_checks, report, train
 from jaxlab.experiments import REGISTRY, get
 from jaxlab.train.lm import base_lm_config
 from launch.configs import config_names, load_config
@@ -23,37 +23,88 @@ def reproduce(workdir: str, preset: str, only: list[str] | None = None) -> tuple
   """Runs each experiment in `workdir/<name>` and writes `workdir/REPORT.md`.
 
   A failing experiment does not stop the others: its row says "not measured"
-  with the error, and its name is returned in the failures.
+  with the error, and its name is returned in the failures. Every config is
+  checked first (`check_reproduce`), so a bad value stops the report before any run.
+
+  Raises:
+    ValueError: from `check_reproduce`.
 
   Returns:
     (path of REPORT.md, names of the experiments that failed).
+  """
+  names = check_reproduce(workdir, preset, only)
+  entries, failures = [], []
+  # Experiment i/N, the last one's time, elapsed and ETA (a bar, or log lines off a terminal).
+  with train.Progress(len(names), desc="reproduce", unit="experiment") as progress:
+    for name in names:
+      run_dir = os.path.join(workdir, name)
+      start = time.perf_counter()
+      try:
+        config = load_config(name, preset)
+        share_base_lm(config, workdir, preset)
+        # A workdir of another config is refused, never reported as this one's.
+        train.check_or_write_fingerprint(run_dir, config)
+        results = get(name).run(config, run_dir)
+      except Exception:  # one failed experiment must not hide the others' rows
+        failures.append(name)
+        err = traceback.format_exc()
+        print(err, file=sys.stderr)
+        results = {"report": {"method": name, "verdict": "not measured",
+                              "details": "run failed: " + err.strip().splitlines()[-1]}}
+      seconds = time.perf_counter() - start
+      print(f"[reproduce] {name}: {seconds:.1f} s", file=sys.stderr)
+      entries.append((name, run_dir, results))
+      progress.set_postfix(last=f"{name} ({seconds:.0f} s)")
+      progress.update()
+  path = report.render_report(
+      entries, os.path.join(workdir, "REPORT.md"),
+      preamble=f"Preset `{preset}`, produced by `python -m launch.reproduce --preset={preset}`.")
+  return path, failures
+
+
+def check_reproduce(workdir: str, preset: str, only: list[str] | None = None) -> list[str]:
+  """Checks what `reproduce` would run, before it runs anything; returns the names.
+
+  Raises:
+    ValueError: an unknown experiment, a bad value in any of their configs
+      (`check_config`), or a `workdir` that cannot be a directory; one line.
   """
   names = list(only or REGISTRY)
   unknown = [n for n in names if n not in REGISTRY]
   if unknown:
     raise ValueError(f"Unknown experiments {unknown}; registered: {REGISTRY}")
-  entries, failures = [], []
+  train.check_workdir_path(workdir)
   for name in names:
-    run_dir = os.path.join(workdir, name)
-    start = time.perf_counter()
-    try:
-      config = load_config(name, preset)
-      share_base_lm(config, workdir, preset)
-      # A workdir of another config is refused, never reported as this one's.
-      train.check_or_write_fingerprint(run_dir, config)
-      results = get(name).run(config, run_dir)
-    except Exception:  # one failed experiment must not hide the others' rows
-      failures.append(name)
-      err = traceback.format_exc()
-      print(err, file=sys.stderr)
-      results = {"report": {"method": name, "verdict": "not measured",
-                            "details": "run failed: " + err.strip().splitlines()[-1]}}
-    print(f"[reproduce] {name}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    entries.append((name, run_dir, results))
-  path = report.render_report(
-      entries, os.path.join(workdir, "REPORT.md"),
-      preamble=f"Preset `{preset}`, produced by `python -m launch.reproduce --preset={preset}`.")
-  return path, failures
+    check_config(name, load_config(name, preset))
+  return names
+
+
+def check_bench(preset: str, only: list[str] | None = None) -> dict:
+  """Checks the benchmarks `bench` would run; returns {name: config}.
+
+  Raises:
+    ValueError: an unknown benchmark or a bad value in its config; one line.
+  """
+  names = list(only or available_benchmarks())
+  unknown = sorted(set(names) - set(available_benchmarks()))
+  if unknown:
+    raise ValueError(f"Unknown benchmarks {unknown}; available: {available_benchmarks()}")
+  configs = {name: load_config(f"bench_{name}", preset) for name in names}
+  for name, config in configs.items():
+    check_config(f"bench_{name}", config)
+  return configs
+
+
+def check_config(name: str, config) -> None:
+  """`jaxlab.config_checks.check_config`, its one-line error prefixed with the config's name.
+
+  Raises:
+    ValueError: "configs/<name>.py: config.<field> must be ..., got ...".
+  """
+  try:
+    config_checks.check_config(config)
+  except ValueError as e:
+    raise ValueError(f"configs/{name}.py: {e}") from e
 
 
 def share_base_lm(config, workdir: str, preset: str) -> None:
@@ -82,11 +133,7 @@ def bench(out: str, preset: str, only: list[str] | None = None,
   JAX keeps its devices, and a benchmark that needs more says it skipped that part.
   Each result records `malloc_reuses_freed_memory` (`jaxlab.train.malloc.applied`).
   """
-  names = list(only or available_benchmarks())
-  unknown = sorted(set(names) - set(available_benchmarks()))
-  if unknown:
-    raise ValueError(f"Unknown benchmarks {unknown}; available: {available_benchmarks()}")
-  configs = {name: load_config(f"bench_{name}", preset) for name in names}
+  configs = check_bench(preset, only)
   if cpu_devices is None:
     cpu_devices = max([c.get("cpu_devices", 1) for c in configs.values()], default=1)
   if cpu_devices > 1:

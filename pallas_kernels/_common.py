@@ -4,22 +4,32 @@ Dispatch (tokamax style). Every public kernel takes `implementation`,
 `interpret` and `platform` and hands them to `resolve`, which picks one
 `Backend`:
   * `implementation=None` picks the best available backend for the platform:
-    Mosaic TPU on TPU, the kernel's preferred Pallas GPU variant on GPU, and
-    the XLA reference everywhere else (CPU), so CPU users get XLA speed. With
-    `interpret=True` it means "the Pallas kernel, interpreted" instead.
+    Mosaic TPU on TPU; on GPU the kernel's Mosaic GPU variant where it has one
+    (and the input suits it), else the XLA reference; XLA on CPU, so CPU
+    users get XLA speed. With `interpret=True` it means "the Pallas kernel,
+    interpreted" instead.
   * "xla": the pure-jnp reference (also the gradient of every kernel).
-  * "pallas": the Pallas kernel for the platform (TPU variant, the kernel's
-    preferred GPU variant, or on CPU the TPU variant interpreted).
-  * "mosaic_tpu", "triton", "mosaic_gpu": that variant by name.
-`interpret=None` means interpret exactly when the default backend is CPU (or
-JAXLAB_PALLAS_INTERPRET=1) and a Pallas kernel was chosen; interpret mode is
-never picked by `implementation=None` unless asked for. `platform` ("tpu",
-"cuda", "rocm", "gpu", "cpu"; None = the default backend) selects the variant
-and compiler params, e.g. to lower for TPU or GPU from a CPU machine.
+  * "pallas": the Pallas kernel for the platform: Mosaic TPU, Mosaic GPU, or
+    on CPU the TPU variant interpreted. Never Triton: a kernel without a
+    Mosaic GPU variant raises on GPU.
+  * "scaled_matmul": `jax.nn.scaled_matmul` (XLA's block-scaled dot; cuDNN
+    on GPUs that have it), for the kernels that list it.
+  * "mosaic_tpu", "triton", "mosaic_gpu": that variant by name. Triton is
+    deprecated by JAX (from 0.11) and is only ever run when named; it then
+    warns with a `FutureWarning`, which Python shows by default (JAX's own
+    `DeprecationWarning` is raised inside jax, where the default filters hide
+    it).
+`interpret=None` means interpret exactly when the kernel runs on this host's
+CPU: the target platform is "cpu" (the default on a CPU machine) or
+JAXLAB_PALLAS_INTERPRET=1. Naming another `platform` ("tpu", "cuda", "rocm",
+"gpu") never turns interpret mode on: it selects the variant and compiler
+params to lower for that platform, e.g. from a CPU machine.
 """
 
 import dataclasses
 import os
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +47,10 @@ except AttributeError:  # jax 0.10: the same class under a private path
 
 XLA, MOSAIC_TPU, TRITON, MOSAIC_GPU = "xla", "mosaic_tpu", "triton", "mosaic_gpu"
 VARIANTS = (MOSAIC_TPU, TRITON, MOSAIC_GPU)
-IMPLEMENTATIONS = (None, XLA, "pallas", *VARIANTS)
+# Not a Pallas kernel: JAX's own block-scaled matmul (`jax.nn.scaled_matmul`), which a
+# kernel family may list among its variants (the FP4 dequant-matmul does).
+SCALED_MATMUL = "scaled_matmul"
+IMPLEMENTATIONS = (None, XLA, "pallas", *VARIANTS, SCALED_MATMUL)
 _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
 
 
@@ -52,16 +65,31 @@ class Backend:
     return self.kind == XLA
 
 
-def interpret_default() -> bool:
-  """True when kernels should run in interpret mode (CPU, or JAXLAB_PALLAS_INTERPRET=1).
+def interpret_default(platform: str | None = None) -> bool:
+  """True when kernels for `platform` should run in interpret mode.
 
-  An explicit `interpret=` argument always wins over this default.
+  That is when they run on this host's CPU (`platform` "cpu", or None on a
+  CPU machine) or JAXLAB_PALLAS_INTERPRET=1. Naming an accelerator platform
+  never turns it on: a kernel for "tpu" or "cuda" is compiled (or lowered)
+  for it. An explicit `interpret=` argument always wins over this default.
+
+  Args:
+    platform: the target platform (None = the default backend).
+
+  Returns:
+    Whether `interpret=None` means interpret mode.
+
+  Example:
+    >>> interpret_default("tpu")  # a TPU target is compiled, never interpreted by default
+    False
   """
-  return os.environ.get("JAXLAB_PALLAS_INTERPRET", "") == "1" or jax.default_backend() == "cpu"
+  if os.environ.get("JAXLAB_PALLAS_INTERPRET", "") == "1":
+    return True
+  return platform_kind(platform) == "cpu"
 
 
-def resolve_interpret(interpret: bool | None) -> bool:
-  return interpret_default() if interpret is None else bool(interpret)
+def resolve_interpret(interpret: bool | None, platform: str | None = None) -> bool:
+  return interpret_default(platform) if interpret is None else bool(interpret)
 
 
 def platform_kind(platform: str | None) -> str:
@@ -75,6 +103,31 @@ def platform_kind(platform: str | None) -> str:
   return platform
 
 
+# Packages whose frames lie between a kernel's caller and `_warn_triton`: this one, and the
+# runtime shape checkers that may wrap its public functions (the test suite installs them).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_WRAPPERS = ("jaxtyping", "beartype")
+
+
+def _warn_triton(name: str) -> None:
+  """Warns that kernel `name` runs the deprecated Triton variant, at its caller's line.
+
+  A `FutureWarning`, which Python shows by default, unlike JAX's own
+  `DeprecationWarning`: raised inside jax, the default filters hide it. The
+  stacklevel is counted, not fixed, since a type checker's wrappers add frames
+  (generated ones, named "<...>", among them).
+  """
+  inner = [_PACKAGE_DIR] + [os.path.dirname(sys.modules[m].__file__) for m in _WRAPPERS
+                            if getattr(sys.modules.get(m), "__file__", None)]
+  frame, level = sys._getframe(0), 1  # this frame calls `warnings.warn`: stacklevel 1
+  while frame is not None and (frame.f_code.co_filename.startswith("<") or any(
+      frame.f_code.co_filename.startswith(d + os.sep) for d in inner)):
+    frame, level = frame.f_back, level + 1
+  warnings.warn(f"{name}: implementation='triton' runs the Pallas Triton backend, which JAX "
+                "deprecates from 0.11 and will remove; the GPU default is Mosaic GPU or XLA",
+                FutureWarning, stacklevel=level)
+
+
 def resolve(name: str, implementation: str | None, *, interpret: bool | None,
             platform: str | None, variants: Sequence[str]) -> Backend:
   """Picks the backend of kernel `name` (see the module docstring).
@@ -82,13 +135,19 @@ def resolve(name: str, implementation: str | None, *, interpret: bool | None,
   Args:
     name: the kernel, for error messages.
     implementation: one of `IMPLEMENTATIONS`.
-    interpret: None (interpret exactly on CPU), True or False.
+    interpret: None (interpret exactly when the kernel runs on this host's
+      CPU), True or False.
     platform: target platform (None = default backend).
-    variants: the Pallas variants this kernel has, in order of preference
-      within a platform (e.g. (MOSAIC_TPU, MOSAIC_GPU, TRITON)).
+    variants: the Pallas variants this kernel has (for this input), in order
+      of preference within a platform (e.g. (MOSAIC_TPU, MOSAIC_GPU, TRITON)).
 
   Returns:
     The `Backend` to run.
+
+  Raises:
+    ValueError: an unknown implementation or platform, a variant the kernel
+      does not have, or "pallas" on GPU for a kernel without a Mosaic GPU
+      variant.
   """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"{name}: implementation must be one of {IMPLEMENTATIONS}, got "
@@ -96,22 +155,32 @@ def resolve(name: str, implementation: str | None, *, interpret: bool | None,
   if implementation == XLA:
     return Backend(XLA)
   kind = platform_kind(platform)
+  if implementation == SCALED_MATMUL:
+    if SCALED_MATMUL not in variants:
+      raise ValueError(f"{name}: implementation 'scaled_matmul' is not available for this "
+                       "kernel")
+    return Backend(SCALED_MATMUL)
   if implementation is None:
     if kind == "cpu" and not interpret:
       return Backend(XLA)  # no compiled Pallas on CPU: XLA, never a silent interpreter
+    if kind == "gpu" and MOSAIC_GPU not in variants:
+      return Backend(XLA)  # the GPU default never falls back to the deprecated Triton
     implementation = "pallas"
   if implementation == "pallas":
-    gpu = [v for v in variants if v in (MOSAIC_GPU, TRITON)]
     if kind == "gpu":
-      if not gpu:
-        raise ValueError(f"{name}: no Pallas GPU variant")
-      implementation = gpu[0]
+      if MOSAIC_GPU not in variants:
+        raise ValueError(f"{name}: no Mosaic GPU kernel for this input; implementation="
+                         "'pallas' never picks the deprecated Triton variant: use None or "
+                         "'xla' (the XLA reference), or 'triton' by name")
+      implementation = MOSAIC_GPU
     else:  # TPU, or the TPU-layout body run by the CPU interpreter
       implementation = MOSAIC_TPU
   if implementation not in variants:
     raise ValueError(f"{name}: implementation {implementation!r} is not available; this kernel "
                      f"has {tuple(variants)} and 'xla'")
-  return Backend(implementation, resolve_interpret(interpret))
+  if implementation == TRITON:
+    _warn_triton(name)
+  return Backend(implementation, resolve_interpret(interpret, platform))
 
 
 def compiler_params(backend: Backend, dimension_semantics: Sequence[str] | None = None) -> Any:
@@ -125,8 +194,7 @@ def compiler_params(backend: Backend, dimension_semantics: Sequence[str] | None 
       return pltpu.CompilerParams()
     return pltpu.CompilerParams(dimension_semantics=tuple(dimension_semantics))
   if backend.kind == TRITON:
-    # Triton is deprecated from jax 0.11 (it warns when a kernel lowers): the
-    # GPU default is Mosaic GPU wherever a kernel has that variant.
+    # Deprecated from jax 0.11: only ever run when asked for by name (`resolve`).
     return pltriton.CompilerParams()
   if backend.kind == MOSAIC_GPU:
     sem = None if dimension_semantics is None else tuple(

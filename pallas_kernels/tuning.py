@@ -78,7 +78,12 @@ class KernelConfig:
 
 
 def normalize_device(kind: str) -> str:
-  """'NVIDIA H200' -> 'nvidia_h200' (case and punctuation do not matter in a table)."""
+  """'NVIDIA H200' -> 'nvidia_h200' (case and punctuation do not matter in a table).
+
+  Example:
+    >>> normalize_device("NVIDIA H200"), normalize_device("TPU v5 lite")
+    ('nvidia_h200', 'tpu_v5_lite')
+  """
   return re.sub(r"[^a-z0-9]+", "_", str(kind).lower()).strip("_")
 
 
@@ -153,7 +158,15 @@ _FILE_CACHE: dict[str, tuple[float, TuningTable]] = {}
 
 @contextlib.contextmanager
 def use(table: TuningTable | str) -> Iterator[TuningTable]:
-  """Makes `table` (or the JSON file at that path) the active table inside the block."""
+  """Makes `table` (or the JSON file at that path) the active table inside the block.
+
+  Example:
+    >>> table = TuningTable()
+    >>> table.add("fp4_dequant_matmul", (16, 64, 32), "float32", "cpu", KernelConfig(block_m=8))
+    >>> with use(table):
+    ...   lookup("fp4_dequant_matmul", (16, 64, 32), "float32", platform="cpu").block_m
+    8
+  """
   if isinstance(table, str):
     table = TuningTable.load(table)
   token = _ACTIVE.set(table)
@@ -164,7 +177,14 @@ def use(table: TuningTable | str) -> Iterator[TuningTable]:
 
 
 def active_table() -> TuningTable | None:
-  """The table of `use`, else the file named by $JAXLAB_TUNING_FILE (re-read when it changes)."""
+  """The table of `use`, else the file named by $JAXLAB_TUNING_FILE (re-read when it changes).
+
+  Example:
+    >>> table = TuningTable()
+    >>> with use(table):
+    ...   active_table() is table
+    True
+  """
   table = _ACTIVE.get()
   if table is not None:
     return table
@@ -182,7 +202,12 @@ def active_table() -> TuningTable | None:
 
 
 def current_device_kind(platform: str | None = None) -> str:
-  """The device kind a kernel is tuned for: the first device of `platform` (None = default)."""
+  """The device kind a kernel is tuned for: the first device of `platform` (None = default).
+
+  Example:
+    >>> current_device_kind("cpu")
+    'cpu'
+  """
   try:
     return jax.devices(platform)[0].device_kind
   except RuntimeError:  # lowering for a platform this machine does not have
@@ -191,7 +216,15 @@ def current_device_kind(platform: str | None = None) -> str:
 
 def lookup(op: str, shape: Sequence[int], dtype: Any,
            platform: str | None = None) -> KernelConfig | None:
-  """The active table's config for this call on this machine's device, else None."""
+  """The active table's config for this call on this machine's device, else None.
+
+  Example:
+    >>> table = TuningTable()
+    >>> table.add("fp4_dequant_matmul", (16, 64, 32), "float32", "*", KernelConfig(block_n=64))
+    >>> with use(table):  # "*" matches any device
+    ...   lookup("fp4_dequant_matmul", (16, 64, 32), "float32").block_n, lookup("other", (1,), "float32")
+    (64, None)
+  """
   table = active_table()
   if table is None:
     return None

@@ -2,6 +2,7 @@
 
 Metrics at a budget T (systems.md 3d), on noise-free cost-model times of the
 config each method would ship (its best *measured* config after T proposals):
+
 * speedup = T(default) / T(best); geo-mean over tasks;
 * Fast@1 = share of tasks with speedup > 1;
 * Correct = share of tasks where >= 1 proposed candidate was valid;
@@ -11,8 +12,9 @@ config each method would ship (its best *measured* config after T proposals):
 
 import numpy as np
 
-from jaxlab.autotune import baselines, kernelband, proposers, space
-from jaxlab.autotune.cost_model import CostModelEvaluator
+from jaxlab.autotune import baselines, kernelband, proposers, space, timing
+from jaxlab.autotune.cost_model import CostModelEvaluator, get_device
+from pallas_kernels import tuning
 
 METHODS = ("kernelband", "bon", "greedy", "egreedy", "no_mask", "k1", "heuristic_strategy")
 BASELINES = ("bon", "greedy", "egreedy")
@@ -20,7 +22,13 @@ ABLATIONS = ("no_mask", "k1", "heuristic_strategy")
 
 
 def default_tasks(devices=("tpu_v5e", "h100", "h200")) -> list[space.Task]:
-  """12 (op, shape) pairs x the devices: 36 tasks for the three default devices."""
+  """12 (op, shape) pairs x the devices: 36 tasks for the three default devices.
+
+  Example:
+    >>> tasks = default_tasks(("h100",))
+    >>> len(tasks), tasks[0]
+    (12, Task(op='matmul', shape=(1024, 1024, 1024), dtype='bfloat16', device='h100'))
+  """
   shapes = [("matmul", (1024, 1024, 1024)), ("matmul", (64, 4096, 4096)),
             ("matmul", (4096, 512, 2048)), ("gmm", (1024, 512, 1024, 8)),
             ("gmm", (2048, 1024, 512, 32)), ("fp4_dequant_matmul", (256, 2048, 2048)),
@@ -31,7 +39,12 @@ def default_tasks(devices=("tpu_v5e", "h100", "h200")) -> list[space.Task]:
 
 
 def make_policy(method: str, kb: dict) -> kernelband.Policy:
-  """The policy of a method name in `METHODS` (kb: `KernelBandPolicy` kwargs + "epsilon")."""
+  """The policy of a method name in `METHODS` (kb: `KernelBandPolicy` kwargs + "epsilon").
+
+  Example:
+    >>> type(make_policy("kernelband", {})).__name__, type(make_policy("bon", {})).__name__
+    ('KernelBandPolicy', 'BestOfN')
+  """
   kb = dict(kb)
   epsilon = kb.pop("epsilon", 0.1)
   if method == "kernelband":
@@ -57,6 +70,11 @@ def run_method(method: str, tasks: list[space.Task], seeds, budgets, *, noise: f
 
   Returns:
     {"speedup" | "regret" | "correct": [seeds, tasks, len(budgets)] lists}.
+
+  Example:
+    >>> out = run_method("kernelband", default_tasks(("h100",))[:2], seeds=(0, 1), budgets=(5, 10))
+    >>> sorted(out), np.shape(out["speedup"])  # [seeds, tasks, budgets]
+    (['correct', 'regret', 'speedup'], (2, 2, 2))
   """
   if not tasks:
     raise ValueError("tasks must be non-empty")
@@ -85,10 +103,62 @@ def run_method(method: str, tasks: list[space.Task], seeds, budgets, *, noise: f
 
 
 def summarize(arr) -> dict:
-  """[seeds, tasks, budgets] -> per-seed geo-mean speedup, Fast@1, Correct, mean regret."""
+  """[seeds, tasks, budgets] -> per-seed geo-mean speedup, Fast@1, Correct, mean regret.
+
+  Example:
+    >>> out = run_method("kernelband", default_tasks(("h100",))[:2], seeds=(0, 1), budgets=(5, 10))
+    >>> summary = summarize(out)
+    >>> sorted(summary), np.shape(summary["geomean_speedup"])  # [seeds, budgets]
+    (['correct', 'fast1', 'geomean_speedup', 'regret'], (2, 2))
+  """
   a = np.asarray(arr["speedup"])
   return dict(
       geomean_speedup=np.exp(np.log(a).mean(1)).tolist(),          # [seeds, budgets]
       fast1=(a > 1.0).mean(1).tolist(),
       correct=np.asarray(arr["correct"]).mean(1).tolist(),
       regret=np.asarray(arr["regret"]).mean(1).tolist())
+
+
+def tuning_table(tasks: list[space.Task], kb: dict, ops: dict[str, str], *, budget: int,
+                 seed: int, noise: float = 0.03) -> tuning.TuningTable:
+  """KernelBand's best config after `budget` proposals for each task of a tuned kernel.
+
+  Args:
+    tasks: the tasks; those whose `op` is a key of `ops` are tuned, in order.
+    kb: KernelBand's knobs (`make_policy`).
+    ops: task op -> the kernel's name in the tuning table (its `TUNING_OP`).
+    budget: proposals per task.
+    seed: the search seed of task i is `seed * 1000 + i` (as in `run_method`).
+    noise: the cost model's timing noise.
+
+  Returns:
+    The `pallas_kernels.tuning.TuningTable` the kernels read (keyed by device kind).
+  """
+  ev, prop = CostModelEvaluator(noise), proposers.LocalProposer()
+  table = tuning.TuningTable()
+  for ti, task in enumerate(tasks):
+    if task.op in ops:
+      res = kernelband.run_search(task, make_policy("kernelband", kb), ev, prop,
+                                  budget=budget, seed=seed * 1000 + ti)
+      table.add(ops[task.op], task.shape, task.dtype, get_device(task.device).device_kind,
+                res.best_after(budget))
+  return table
+
+
+def timing_run(task: space.Task, kb: dict, *, budget: int, repeats: int) -> dict:
+  """KernelBand on measured CPU times of `task` (`timing.TimingEvaluator`), seed 0.
+
+  Returns:
+    {"task", "default", "default_seconds", "best", "best_seconds", "speedup", "valid",
+    "trials"}: the default and the best config found, their measured times, the
+    speedup, and how many of the trials were valid.
+  """
+  ev = timing.TimingEvaluator(repeats=repeats)
+  res = kernelband.run_search(task, make_policy("kernelband", kb), ev,
+                              proposers.LocalProposer(), budget=budget, seed=0)
+  best = res.best_after(budget)
+  best_time = min([res.default.time] + [t.time for t in res.trials if t.ok])
+  return dict(task=task.name, default=res.default.config.to_dict(),
+              default_seconds=res.default.time, best=best.to_dict(), best_seconds=best_time,
+              speedup=res.default.time / best_time,
+              valid=int(sum(t.ok for t in res.trials)), trials=len(res.trials))

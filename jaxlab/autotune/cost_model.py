@@ -73,7 +73,12 @@ _REGS_PER_SM = 65536
 
 
 def get_device(name: str) -> DeviceSpec:
-  """The simulated device `name` (a key of `DEVICES`); ValueError for an unknown name."""
+  """The simulated device `name` (a key of `DEVICES`); ValueError for an unknown name.
+
+  Example:
+    >>> get_device("h100") is DEVICES["h100"]
+    True
+  """
   if name not in DEVICES:
     raise ValueError(f"Unknown device {name!r}; expected one of {sorted(DEVICES)}")
   return DEVICES[name]
@@ -88,6 +93,13 @@ def analyze(task: space.Task, dev: DeviceSpec, c: dict) -> dict[str, np.ndarray]
 
   Returns:
     dict of arrays: time (s; inf where invalid), valid (bool), h [..., 3] (%), phi [..., 5].
+
+  Example:
+    >>> task = space.Task("matmul", (1024, 1024, 1024), "bfloat16", "h100")
+    >>> config = space.default_config(task, "h100")
+    >>> out = analyze(task, get_device("h100"), dataclasses.asdict(config))
+    >>> bool(out["valid"]), out["h"].shape, out["phi"].shape  # h: SM / DRAM / L2 throughput %
+    (True, (3,), (5,))
   """
   d = task.dims
   s = space.DTYPE_BYTES[task.dtype]

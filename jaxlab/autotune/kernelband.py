@@ -5,7 +5,7 @@ behavioural clusters of P (K-means++ on z-scored features phi), and a K x S
 bandit over (cluster, strategy) arms. Each iteration follows the authors'
 `kernelband/agents/optim_agent.py: OptimAgent.run`, phases 0-4:
 
-1. re-cluster once |P| >= 2K and then every `tau` iterations counted from the
+1. re-cluster once `|P|` >= 2K and then every `tau` iterations counted from the
    last clustering (the code's deviation D1); until the first clustering every
    member is in cluster 0 and the other clusters are empty; a child joins the
    cluster of the arm that produced it;
@@ -53,13 +53,28 @@ from pallas_kernels.tuning import KernelConfig
 
 def ucb_scores(mu: Float[np.ndarray, "k s"], n: Float[np.ndarray, "k s"], t: int, c: float,
                mask: Bool[np.ndarray, "k s"]) -> Float[np.ndarray, "k s"]:
-  """mu + c sqrt(ln t / N) where mask, -inf elsewhere (paper Eq. 3)."""
+  """mu + c sqrt(ln t / N) where mask, -inf elsewhere (paper Eq. 3).
+
+  Example:
+    >>> mu, n = np.full((2, 3), 0.5), np.ones((2, 3))
+    >>> mask = np.ones((2, 3), bool); mask[0, 0] = False       # a saturated resource
+    >>> scores = ucb_scores(mu, n, 10, 2.0, mask)
+    >>> float(scores[0, 0]), round(float(scores[0, 1]), 3)     # 0.5 + 2 sqrt(ln 10)
+    (-inf, 3.535)
+  """
   bonus = c * np.sqrt(math.log(max(t, 1)) / np.asarray(n, float))
   return np.where(mask, mu + bonus, -np.inf)
 
 
 def ucb_select(mu, n, t: int, c: float, mask) -> tuple[int, int]:
-  """The (cluster, strategy) arm with the largest masked UCB (first in row-major order on ties)."""
+  """The (cluster, strategy) arm with the largest masked UCB (first in row-major order on ties).
+
+  Example:
+    >>> mu, n = np.full((2, 3), 0.5), np.ones((2, 3))
+    >>> mask = np.ones((2, 3), bool); mask[0, 0] = False
+    >>> ucb_select(mu, n, 10, 2.0, mask)                       # first unmasked arm on ties
+    (0, 1)
+  """
   scores = ucb_scores(mu, n, t, c, mask)
   if not np.isfinite(scores).any():
     raise ValueError("every arm is masked")
@@ -68,13 +83,25 @@ def ucb_select(mu, n, t: int, c: float, mask) -> tuple[int, int]:
 
 
 def ucb_update(mu: np.ndarray, n: np.ndarray, arm: tuple[int, int], reward: float) -> None:
-  """N += 1; mu += (r - mu) / N, in place (the code's D2: also after failures, with r = 0)."""
+  """N += 1; mu += (r - mu) / N, in place (the code's D2: also after failures, with r = 0).
+
+  Example:
+    >>> mu, n = np.full((2, 3), 0.5), np.ones((2, 3))
+    >>> ucb_update(mu, n, (1, 2), 1.0)
+    >>> float(mu[1, 2]), float(n[1, 2])
+    (0.75, 2.0)
+  """
   n[arm] += 1
   mu[arm] += (reward - mu[arm]) / n[arm]
 
 
 def reward(parent_time: float, child_time: float, ok: bool) -> float:
-  """max(0, (T_parent - T_child) / T_parent); 0 for a failed child."""
+  """max(0, (T_parent - T_child) / T_parent); 0 for a failed child.
+
+  Example:
+    >>> reward(2.0, 1.5, True), reward(2.0, 1.5, False), reward(1.0, 2.0, True)
+    (0.25, 0.0, 0.0)
+  """
   if not ok or not np.isfinite(child_time):
     return 0.0
   return max(0.0, (parent_time - child_time) / parent_time)
@@ -85,10 +112,20 @@ def kmeans_pp(x: Float[np.ndarray, "p f"], k: int, *, seed: int = 42,
   """K-means++ (seeded init, `iters` Lloyd steps) on rows of x; deterministic given seed.
 
   Returns (labels [p], centroids [k, f]); needs p >= k.
+
+  Example:
+    >>> x = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 10.0], [10.0, 11.0]])
+    >>> labels, centroids = kmeans_pp(x, 2)
+    >>> labels.tolist(), centroids.tolist()
+    ([0, 0, 1, 1], [[0.0, 0.5], [10.0, 10.5]])
   """
   x = np.asarray(x, float)
   if x.ndim != 2 or len(x) < k or k < 1:
     raise ValueError(f"kmeans_pp needs >= k={k} rows of a 2-D array, got shape {x.shape}")
+  # A NaN row has no distance to anything: it would join an arbitrary cluster and turn that
+  # centroid NaN, so a non-finite x is an error, not a point.
+  if not np.all(np.isfinite(x)):
+    raise ValueError(f"x must be finite; got {int(np.sum(~np.isfinite(x)))} non-finite values")
   rng = np.random.default_rng(seed)
   centers = [x[rng.integers(len(x))]]
   for _ in range(1, k):
@@ -257,15 +294,17 @@ class KernelBandPolicy(Policy):
     mask: apply the hardware mask (False = the "no mask" ablation: every arm of
       a non-empty cluster stays playable; the parent rule still uses theta_sat).
     parent_rule: how the parent is drawn within the chosen cluster:
-      "code" (default, the authors' `ucb.py: sample_from_cluster`): softmax over
+
+      * "code" (default, the authors' `ucb.py: sample_from_cluster`): softmax over
         V_hw = theta_sat - h[target] in % at `parent_temperature`, where only
         kernels that were once a cluster representative carry a signature and
         the others score 0;
-      "all_profiled" (jaxlab interpretation, this module's earlier reading): the
+      * "all_profiled" (jaxlab interpretation, this module's earlier reading): the
         same softmax with every kernel profiled;
-      "uniform" (jaxlab interpretation): uniform over the cluster;
-      "fastest" (the code's fallback without hardware signatures): the fastest
+      * "uniform" (jaxlab interpretation): uniform over the cluster;
+      * "fastest" (the code's fallback without hardware signatures): the fastest
         member.
+
     parent_temperature: softmax temperature over headroom in % (1.0 in the code).
     mu0, n0: initial mean reward (0.5) and visit count (1) of every arm.
     kmeans_seed, kmeans_iters: K-means++ seed (42) and Lloyd iterations (50); the
@@ -388,6 +427,14 @@ def run_search(task: space.Task, policy: Policy, evaluator, proposer, *, budget:
 
   Returns:
     A `SearchResult`.
+
+  Example:
+    >>> from jaxlab.autotune import CostModelEvaluator, LocalProposer
+    >>> task = space.Task("matmul", (1024, 1024, 1024), "bfloat16", "h100")
+    >>> result = run_search(task, KernelBandPolicy(), CostModelEvaluator(), LocalProposer(),
+    ...                     budget=10, seed=0)
+    >>> len(result.trials), result.best_after(10) != result.default.config
+    (10, True)
   """
   if int(budget) < 1:
     raise ValueError(f"budget must be >= 1, got {budget}")

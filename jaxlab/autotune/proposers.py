@@ -36,7 +36,12 @@ _HINTS = {
 
 
 def parse_config(reply: str) -> KernelConfig:
-  """The KernelConfig in a reply: its first {...} JSON object (a ```json fence is fine)."""
+  """The KernelConfig in a reply: its first {...} JSON object (also inside a json code fence).
+
+  Example:
+    >>> parse_config('Use {"block_m": 128, "num_stages": 3}.')  # the other fields: defaults
+    KernelConfig(block_m=128, block_n=128, block_k=512, grid_order='mn', num_warps=4, num_stages=3)
+  """
   found = re.search(r"\{.*?\}", reply, re.S)
   if found is None:
     raise ValueError(f"the client reply contains no JSON object: {reply[:200]!r}")

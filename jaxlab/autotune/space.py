@@ -5,13 +5,15 @@ A task is one (op, shape, dtype, device) call site; a candidate is a
 config fields (`TUNED_FIELDS`); the others stay at their pinned value, so a
 row-wise op (rmsnorm, softmax) only tunes its row block, warps and stages.
 
-Strategies (systems.md 3a/3d; each targets one resource, index into h):
+Strategies (systems.md 3a/3d; each targets one resource, index into h)::
+
   tiling        -> 2 (on-chip capacity; the paper's L2): block_m or block_n x2 / /2
   vectorization -> 1 (DRAM): block_k x2 / /2
   fusion        -> 1 (DRAM): trade block_n against block_k (x2 one, /2 the other)
   pipeline      -> 0 (compute): num_stages +-1
   reordering    -> 0 (compute): flip grid_order or num_warps x2 / /2
   access_layout -> 1 (DRAM): trade block_m against block_n
+
 jaxlab interpretation: the paper's strategies rewrite kernel source through an
 LLM; here they are deterministic edits of a config (spec 3d).
 """
@@ -92,7 +94,12 @@ class Task:
 
 def default_config(task: Task, device_kind: str) -> KernelConfig:
   """The config an untuned kernel runs (jaxlab interpretation: our kernels' defaults on TPU,
-  Triton-style 64 x 64 x 32 tiles on GPU; row ops 8 rows (TPU) or 16 rows (GPU))."""
+  Triton-style 64 x 64 x 32 tiles on GPU; row ops 8 rows (TPU) or 16 rows (GPU)).
+
+  Example:
+    >>> default_config(Task("matmul", (1024, 1024, 1024), "bfloat16", "h100"), "h100")
+    KernelConfig(block_m=64, block_n=64, block_k=32, grid_order='mn', num_warps=4, num_stages=2)
+  """
   d = task.dims
   if task.op in ("rmsnorm", "softmax"):
     base = dict(block_m=8 if device_kind == "tpu" else 16)
@@ -124,7 +131,13 @@ def _pow2_upto(lo: int, hi: int) -> list[int]:
 
 def config_grid(task: Task, device_kind: str) -> dict[str, np.ndarray]:
   """Every config of the task's search grid, as equal-length arrays per field (the oracle's
-  space: powers of two up to each dim, both grid orders, `WARPS` x `STAGES`)."""
+  space: powers of two up to each dim, both grid orders, `WARPS` x `STAGES`).
+
+  Example:
+    >>> grid = config_grid(Task("matmul", (1024, 1024, 1024), "bfloat16", "h100"), "h100")
+    >>> sorted(grid), len(grid["block_m"])
+    (['block_k', 'block_m', 'block_n', 'grid_order', 'num_stages', 'num_warps'], 3136)
+  """
   d = task.dims
   rows = d.get("m", d.get("s"))
   cols = d.get("n", d.get("s", d.get("d")))
@@ -145,7 +158,13 @@ def config_grid(task: Task, device_kind: str) -> dict[str, np.ndarray]:
 
 
 def grid_config(grid: dict[str, np.ndarray], i: int) -> KernelConfig:
-  """Row `i` of a config grid (field -> array of values) as a `KernelConfig`."""
+  """Row `i` of a config grid (field -> array of values) as a `KernelConfig`.
+
+  Example:
+    >>> grid = config_grid(Task("matmul", (1024, 1024, 1024), "bfloat16", "h100"), "h100")
+    >>> grid_config(grid, 0)
+    KernelConfig(block_m=8, block_n=16, block_k=16, grid_order='mn', num_warps=4, num_stages=1)
+  """
   return KernelConfig(**{f: (str(v[i]) if f == "grid_order" else int(v[i]))
                          for f, v in grid.items()})
 
@@ -156,6 +175,11 @@ def apply_strategy(task: Task, config: KernelConfig, strategy: str,
 
   The direction (x2 or /2, which field) is drawn from `rng`; if the edit would
   not change the config (a pinned field) the other direction is tried.
+
+  Example:
+    >>> task = Task("matmul", (1024, 1024, 1024), "bfloat16", "h100")
+    >>> apply_strategy(task, default_config(task, "h100"), "pipeline", np.random.default_rng(0))
+    KernelConfig(block_m=64, block_n=64, block_k=32, grid_order='mn', num_warps=4, num_stages=3)
   """
   if strategy not in STRATEGIES:
     raise ValueError(f"Unknown strategy {strategy!r}; expected one of {STRATEGIES}")

@@ -10,8 +10,8 @@ GRPO).
 
 from jaxlab.codecomp.cost import (
     DEFAULT_COSTS,
+    NAVIGATION,
     PLACEHOLDER,
-    UNIT_COSTS,
     CostModel,
     binary_entropy,
     cost_reward,
@@ -19,9 +19,10 @@ from jaxlab.codecomp.cost import (
     editing_cost,
     entropy,
     reference_editing_cost,
+    wildcard_distance,
 )
 from jaxlab.codecomp.data import Completions, line_completions
-from jaxlab.codecomp.decode import Decoded, Scores, decode, score, sequence_logp
+from jaxlab.codecomp.decode import Decoded, Scores, decode, own_guesses, score, sequence_logp
 from jaxlab.codecomp.placeholders import (
     collapse,
     encode,
@@ -40,10 +41,10 @@ from jaxlab.codecomp.train import (
 )
 
 __all__ = [
-    "DEFAULT_COSTS", "PLACEHOLDER", "UNIT_COSTS", "Completions", "CostModel", "Decoded", "Scores",
-    "binary_entropy", "collapse", "cost_reward", "critical_entropy", "decode", "editing_cost",
-    "encode", "entropy", "hard_completion", "line_completions", "make_grpo_step",
-    "make_sft_step", "parse_snippet", "placeholder_precision", "placeholder_target",
-    "reference_editing_cost", "render_snippet", "score", "sequence_logp", "sft_loss",
-    "sft_sequences", "threshold_placeholders",
+    "DEFAULT_COSTS", "NAVIGATION", "PLACEHOLDER", "Completions", "CostModel", "Decoded",
+    "Scores", "binary_entropy", "collapse", "cost_reward", "critical_entropy", "decode",
+    "editing_cost", "encode", "entropy", "hard_completion", "line_completions",
+    "make_grpo_step", "make_sft_step", "own_guesses", "parse_snippet", "placeholder_precision",
+    "placeholder_target", "reference_editing_cost", "render_snippet", "score", "sequence_logp",
+    "sft_loss", "sft_sequences", "threshold_placeholders", "wildcard_distance",
 ]

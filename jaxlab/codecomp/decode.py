@@ -35,7 +35,10 @@ class Decoded(NamedTuple):
   sampling at temperature T > 0, the model's softmax(logits) (T = 1) when
   greedy (whose point mass would carry no uncertainty: these are the values the
   APC thresholds read); lengths: int32 [b], tokens before the first newline (n
-  if none); ended: bool [b], a newline came.
+  if none); ended: bool [b], a newline came; guess: int32 [b, n], the greedy token
+  with `<PH>` excluded at each position, given the same context (equal to
+  `tokens` wherever a greedy decode emitted no placeholder): what the model would
+  have guessed where it placed a placeholder.
   """
   tokens: Array
   entropy: Array
@@ -43,6 +46,7 @@ class Decoded(NamedTuple):
   logp: Array
   lengths: Array
   ended: Array
+  guess: Array
 
 
 def _mask_placeholder(logits: Array, allow_placeholder: bool) -> Array:
@@ -94,6 +98,7 @@ def decode(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"], 
   def step(carry, key):
     last, cache = carry
     logits = _mask_placeholder(last, allow_placeholder)
+    guess = jnp.argmax(_mask_placeholder(last, False), -1).astype(jnp.int32)
     if temperature == 0:
       token = jnp.argmax(logits, -1).astype(jnp.int32)
     else:  # the recorded uncertainty is that of the sampling distribution
@@ -104,13 +109,35 @@ def decode(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"], 
     p_max = jnp.exp(logp_all.max(-1))
     logp = jnp.take_along_axis(logp_all, token[:, None], axis=-1)[:, 0]
     logits, cache = model.apply({"params": params}, token[:, None], cache=cache)
-    return (logits[:, -1], cache), (token, ent, p_max, logp)
+    return (logits[:, -1], cache), (token, ent, p_max, logp, guess)
 
-  _, (tokens, ent, p_max, logp) = jax.lax.scan(step, (logits[:, -1], cache),
-                                               jax.random.split(key, num_tokens))
-  tokens, ent, p_max, logp = (x.T for x in (tokens, ent, p_max, logp))
+  _, outs = jax.lax.scan(step, (logits[:, -1], cache), jax.random.split(key, num_tokens))
+  tokens, ent, p_max, logp, guess = (x.T for x in outs)
   lengths, ended = completion_lengths(tokens)
-  return Decoded(tokens, ent, p_max, logp, lengths, ended)
+  return Decoded(tokens, ent, p_max, logp, lengths, ended, guess)
+
+
+def own_guesses(decoded: Decoded) -> tuple[Int[Array, "b n"], Int[Array, "b"]]:
+  """The completion with each placeholder replaced by the model's own greedy guess there.
+
+  The same model, inputs and context: only the placeholder positions change, to
+  the token the greedy decode would have emitted there with `<PH>` excluded
+  (`Decoded.guess`). This is APC without its placeholders (the mechanism
+  ablation); a guessed newline ends the completion there.
+
+  Args:
+    decoded: a greedy `decode` with placeholders allowed.
+
+  Returns:
+    (tokens int32 [b, n] without placeholders, lengths int32 [b] before their
+    first newline).
+
+  Example:
+    >>> out = decode(model, params, prompts, jax.random.key(0), num_tokens=24)  # doctest: +SKIP
+    >>> tokens, lengths = own_guesses(out)                                      # doctest: +SKIP
+  """
+  tokens = jnp.where(decoded.tokens == cost_lib.PLACEHOLDER, decoded.guess, decoded.tokens)
+  return tokens, completion_lengths(tokens)[0]
 
 
 def sequence_logp(model: Transformer, params, prompts: Int[Array | np.ndarray, "b p"],
@@ -168,8 +195,7 @@ def score(suggestions: Int[Array | np.ndarray, "b n"], lengths: Int[Array | np.n
   """
   cost = jax.vmap(lambda s, n, t, m: cost_lib.editing_cost(s, n, t, m, costs))(
       suggestions, lengths, targets, target_lens)
-  dist = jax.vmap(lambda s, n, t, m: cost_lib.editing_cost(s, n, t, m, cost_lib.UNIT_COSTS))(
-      suggestions, lengths, targets, target_lens)
+  dist = jax.vmap(cost_lib.wildcard_distance)(suggestions, lengths, targets, target_lens)
   n = suggestions.shape[1]
   valid = jnp.arange(n)[None, :] < lengths[:, None]
   is_ph = (suggestions == cost_lib.PLACEHOLDER) & valid

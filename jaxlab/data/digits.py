@@ -24,6 +24,11 @@ def load_digits(*, seed: int = 0, test_fraction: float = 0.25,
     seed: seed of the (stratified) train/test split.
     test_fraction: share of examples in the test split, in (0, 1).
     classes: keep only these labels (labels are kept as the digit values).
+
+  Example:
+    >>> digits = load_digits(classes=(0, 1))
+    >>> digits.x_train.shape[1], sorted(set(digits.y_test.tolist()))
+    (64, [0, 1])
   """
   if not 0.0 < test_fraction < 1.0:
     raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")

@@ -351,7 +351,7 @@ def evaluate(params, flags: Array, eval_set: EvalSet, num_refs: Array | int, cfg
   `eval_set` holds one split here (index a `make_eval_set` result's batch and noise, or vmap
   over their split axis with the grid renders shared). Metrics (means over the test
   objects): PSNR (dB), pose error (degrees), fraction with pose error <= 15 degrees,
-  colour-histogram distance to the pooled references.
+  colour-histogram distance to the `num_refs` references shown (`image_metrics`).
   """
   batch = eval_set.batch
   k = cfg.max_refs
@@ -361,18 +361,25 @@ def evaluate(params, flags: Array, eval_set: EvalSet, num_refs: Array | int, cfg
   sample = flow.euler_sample(velocity_fn(model, params, x[:, :-1], inputs), eval_set.noise,
                              sample_steps)
   images = jnp.clip((flow.unpatchify(sample, cfg.patch) + 1) / 2, 0, 1)
-  return image_metrics(images, eval_set, cfg, grid_step), images
+  return image_metrics(images, eval_set, num_refs, cfg, grid_step), images
 
 
-def image_metrics(images: Array, eval_set: EvalSet, cfg: TaskConfig, grid_step: float) -> Array:
-  """The four `EVAL_METRICS` of target images [n, H, W, 3] (means over the n objects)."""
+def image_metrics(images: Array, eval_set: EvalSet, num_refs: Array | int, cfg: TaskConfig,
+                  grid_step: float) -> Array:
+  """The four `EVAL_METRICS` of target images [n, H, W, 3] (means over the n objects).
+
+  The identity distance compares the images with the first `num_refs` references only (the
+  ones the model was shown; 1 <= num_refs <= max_refs): a reference the model never saw says
+  nothing about the identity it carried over.
+  """
   batch = eval_set.batch
   target = batch.images[:, -1]
   gy, gp = M.pose_grid(grid_step, cfg.pitch_max)
   yaw_hat, pitch_hat, _ = M.estimate_pose(images, eval_set.grid_images, gy, gp)
   err = M.angular_error(yaw_hat, pitch_hat, batch.yaw[:, -1], batch.pitch[:, -1])
-  ref_hist = M.colour_histogram(batch.images[:, :-1].reshape(-1, *target.shape[1:]))
-  ref_hist = ref_hist.reshape(target.shape[0], cfg.max_refs, -1).mean(1)
+  ref_hist = M.colour_histogram(batch.images[:, :-1])                 # [n, max_refs, bins^3]
+  shown = (jnp.arange(cfg.max_refs) < num_refs).astype(jnp.float32)
+  ref_hist = jnp.einsum("nkc,k->nc", ref_hist, shown) / jnp.maximum(shown.sum(), 1.0)
   ident = M.histogram_distance(M.colour_histogram(images), ref_hist)
   return jnp.stack([jnp.mean(M.psnr(images, target)), jnp.mean(err),
                     jnp.mean((err <= 15.0).astype(jnp.float32)), jnp.mean(ident)])

@@ -21,6 +21,14 @@ from jaxtyping import Float, Int
 
 from jaxlab.diffusion import render
 
+# The pose error of a guess unrelated to the requested pose, in degrees. A guess uniform over the
+# search grid (`pose_grid`: yaws evenly round the circle, pitches symmetric about 0) is as likely
+# as its antipode -v (the yaw 180 degrees away, the pitch negated, when the step divides 180),
+# and the angles from any requested view to v and to -v sum to 180; so the expected error is 90,
+# whatever the requested views' distribution (any split, any pitch range). The same holds for a
+# fixed guess against requested yaws uniform round the circle.
+CHANCE_POSE_ERROR = 90.0
+
 
 def psnr(images: Float[Array, "b h w c"], targets: Float[Array, "b h w c"]
          ) -> Float[Array, "b"]:

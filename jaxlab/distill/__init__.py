@@ -3,7 +3,8 @@
 Modules:
   spans     synchronisation spans from character offsets, the sparse in-span coupling.
   sinkhorn  a log-domain entropic OT solver in jnp (matches POT).
-  losses    Renyi entropy, the E-SCOT loss, and the ULD / MinED / dense-OT baselines.
+  losses    Renyi entropy, the E-SCOT loss, its dense-coupling ablation, and the ULD / MinED /
+            dense-OT baselines.
   tokenize  offline tokenizers with controlled vocabulary overlap (`tokenizers`).
 
 The E-SCOT formulation is a jaxlab interpretation of an unpublished method
@@ -12,6 +13,7 @@ The E-SCOT formulation is a jaxlab interpretation of an unpublished method
 
 from jaxlab.distill.losses import (
     dense_ot_loss,
+    escot_dense_loss,
     escot_loss,
     kl_divergence,
     mined_loss,
@@ -25,13 +27,15 @@ from jaxlab.distill.sinkhorn import SinkhornOutput, sinkhorn
 from jaxlab.distill.spans import (
     Coupling,
     Spans,
+    coupling_marginals,
     dense_coupling,
     overlap_coupling,
     spans_from_offsets,
 )
 
 __all__ = [
-    "Coupling", "SinkhornOutput", "Spans", "dense_coupling", "dense_ot_loss", "escot_loss",
+    "Coupling", "SinkhornOutput", "Spans", "coupling_marginals", "dense_coupling",
+    "dense_ot_loss", "escot_dense_loss", "escot_loss",
     "kl_divergence", "mined_loss", "overlap_coupling", "renyi_entropy", "sinkhorn",
     "sorted_topk", "span_weights", "spans_from_offsets", "uld_distance", "uld_loss",
 ]

@@ -14,6 +14,10 @@ formula is unpublished):
   w_k  = K * softmax_k(Delta_k / tau) (stop-gradient), Delta_k = |mean_{I_k} H_a(T) - mean_{J_k} H_a(S)|,
 with pi the sparse span coupling of `jaxlab.distill.spans` (mass 1/K per span).
 
+The ablations of its two components: `weighting="none"` (uniform span weights, no
+Renyi reweighting) and `escot_dense_loss` (no span constraint: the same cost,
+weights and marginals, coupled over all token pairs by Sinkhorn).
+
 Example:
   >>> import jax.numpy as jnp
   >>> round(float(renyi_entropy(jnp.array([0.5, 0.5]), 2.0)), 4)  # log 2
@@ -186,13 +190,9 @@ def escot_loss(char_teacher: Float[Array, "n c"], topk_teacher: Float[Array, "n 
   Returns:
     Scalar sum_k w_k sum_{(i,j)} pi_ij c_ij.
   """
-  if entropy_on not in ("char", "token"):
-    raise ValueError(f"entropy_on must be 'char' or 'token', got {entropy_on!r}")
-  p_s = jnp.exp(logp_student)
-  char_s = p_s @ first_char
-  ent_s = renyi_entropy(char_s if entropy_on == "char" else p_s, alpha)
-  w = span_weights(ent_teacher, ent_s, span_teacher, span_student, num_spans, tau=tau,
-                   weighting=weighting)
+  p_s, char_s, w = _student_side(ent_teacher, span_teacher, logp_student, first_char,
+                                 span_student, num_spans, alpha=alpha, tau=tau,
+                                 weighting=weighting, entropy_on=entropy_on)
   cost = char_weight * kl_divergence(char_teacher[pair_teacher], char_s[pair_student])
   if rank_weight:
     top_s = sorted_topk(p_s, topk_teacher.shape[-1])
@@ -200,6 +200,84 @@ def escot_loss(char_teacher: Float[Array, "n c"], topk_teacher: Float[Array, "n 
         jnp.abs(topk_teacher[pair_teacher] - top_s[pair_student]), -1)
   w_pair = jnp.take(w, pair_span, mode="fill", fill_value=0.0)
   return jnp.sum(w_pair * pair_mass * cost)
+
+
+def _student_side(ent_teacher, span_teacher, logp_student, first_char, span_student,
+                  num_spans, *, alpha, tau, weighting, entropy_on):
+  """(student probabilities, next-char distributions, span weights) of one sequence."""
+  if entropy_on not in ("char", "token"):
+    raise ValueError(f"entropy_on must be 'char' or 'token', got {entropy_on!r}")
+  p_s = jnp.exp(logp_student)
+  char_s = p_s @ first_char
+  ent_s = renyi_entropy(char_s if entropy_on == "char" else p_s, alpha)
+  w = span_weights(ent_teacher, ent_s, span_teacher, span_student, num_spans, tau=tau,
+                   weighting=weighting)
+  return p_s, char_s, w
+
+
+def escot_dense_loss(char_teacher: Float[Array, "n c"], topk_teacher: Float[Array, "n r"],
+                     ent_teacher: Float[Array, " n"], span_teacher: Int[Array, " n"],
+                     logp_student: Float[Array, "m v"], first_char: Float[Array, "v c"],
+                     span_student: Int[Array, " m"], mass_teacher: Float[Array, " n"],
+                     mass_student: Float[Array, " m"], *, num_spans: int,
+                     epsilon: float = 0.1, num_iters: int = 50, alpha: float = 2.0,
+                     tau: float = 1.0, weighting: str = "softmax", char_weight: float = 1.0,
+                     rank_weight: float = 1.0, entropy_on: str = "char") -> Float[Array, ""]:
+  """E-SCOT without its span constraint: the same cost, weights and marginals, but the
+  coupling is entropic OT over all n x m token pairs (MultiLevelOT-style dense OT).
+
+  The ablation of E-SCOT's span-anchored support: everything `escot_loss` computes
+  is kept (cost c_ij, Renyi span weights, the marginals of the span coupling), and
+  only the support changes, from the span blocks to every pair, the coupling then
+  being the Sinkhorn plan of c (stop-gradient, as the span coupling is constant).
+  A pair (i, j) is weighted (w_span(i) + w_span(j)) / 2 (jaxlab interpretation: it
+  equals w_k on the pairs of span k, where both tokens lie, so with the span support
+  this loss would be `escot_loss` up to the Sinkhorn plan).
+
+  Args:
+    char_teacher, topk_teacher, ent_teacher, span_teacher, logp_student, first_char,
+      span_student: as for `escot_loss`.
+    mass_teacher: [n] the span coupling's teacher marginal (`spans.coupling_marginals`;
+      0 on padding).
+    mass_student: [m] its student marginal (0 on padding).
+    num_spans: static number of span slots (for the weights).
+    epsilon: Sinkhorn regularisation, in nats of the cost (jaxlab interpretation).
+    num_iters: Sinkhorn iterations.
+    alpha, tau, weighting, char_weight, rank_weight, entropy_on: as for `escot_loss`.
+
+  Returns:
+    Scalar sum_ij w_ij P_ij c_ij with P the dense plan.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> char = jnp.array([[0.9, 0.1], [0.2, 0.8]])
+    >>> top = -jnp.sort(-char)  # sorted top-2
+    >>> loss = escot_dense_loss(char, top, jnp.zeros(2), jnp.arange(2), jnp.log(char),
+    ...                         jnp.eye(2), jnp.arange(2), jnp.ones(2) / 2, jnp.ones(2) / 2,
+    ...                         num_spans=2, epsilon=0.01, num_iters=200)
+    >>> round(float(loss), 4)  # the plan finds the identical pairs: zero cost
+    0.0
+  """
+  p_s, char_s, w = _student_side(ent_teacher, span_teacher, logp_student, first_char,
+                                 span_student, num_spans, alpha=alpha, tau=tau,
+                                 weighting=weighting, entropy_on=entropy_on)
+  cost = char_weight * _pairwise_kl(char_teacher, char_s)
+  if rank_weight:
+    top_s = sorted_topk(p_s, topk_teacher.shape[-1])
+    cost = cost + rank_weight * jnp.sum(
+        jnp.abs(topk_teacher[:, None, :] - top_s[None, :, :]), -1)
+  plan = sinkhorn(jax.lax.stop_gradient(cost), mass_teacher, mass_student, epsilon=epsilon,
+                  num_iters=num_iters).coupling
+  w_t = jnp.take(w, span_teacher, mode="fill", fill_value=0.0)
+  w_s = jnp.take(w, span_student, mode="fill", fill_value=0.0)
+  return jnp.sum(0.5 * (w_t[:, None] + w_s[None, :]) * plan * cost)
+
+
+def _pairwise_kl(p, q):
+  """[n, m] KL(p_i || q_j) as one [n, c] x [c, m] matmul instead of an [n, m, c] tensor (the
+  same value as `kl_divergence`, with the same clamping)."""
+  neg_entropy = jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.maximum(p, _TINY)), 0.0), -1)
+  return neg_entropy[:, None] - p @ jnp.log(jnp.maximum(q, _TINY)).T
 
 
 def uld_loss(topk_teacher: Float[Array, "n r"], logp_student: Float[Array, "m v"],
@@ -252,11 +330,7 @@ def dense_ot_loss(char_teacher: Float[Array, "n c"], char_student: Float[Array, 
 
   The O(n m) reference E-SCOT's sparse coupling replaces (used for the cost plot).
   """
-  # KL(p_i || q_j) = sum p_i log p_i - p_i . log q_j: one [n, c] x [c, m] matmul instead of an
-  # [n, m, c] tensor (the same value as `kl_divergence`, with the same clamping).
-  neg_entropy = jnp.sum(jnp.where(char_teacher > 0, char_teacher
-                                  * jnp.log(jnp.maximum(char_teacher, _TINY)), 0.0), -1)
-  cost = neg_entropy[:, None] - char_teacher @ jnp.log(jnp.maximum(char_student, _TINY)).T
+  cost = _pairwise_kl(char_teacher, char_student)
   n, m = cost.shape
   plan = sinkhorn(jax.lax.stop_gradient(cost), jnp.full(n, 1.0 / n), jnp.full(m, 1.0 / m),
                   epsilon=epsilon, num_iters=num_iters).coupling

@@ -95,7 +95,7 @@ def run_benchmark(config: ml_collections.ConfigDict) -> dict:
   variants = {"dequant_matmul": fp4_ops.MATMUL_VARIANTS, "gmm": moe_ops.GMM_VARIANTS,
               "route": moe_ops.ROUTE_VARIANTS}
   # The variant `implementation=None` prefers here; on GPU a kernel may still fall back by
-  # shape or dtype (the FP4 matmul to Triton for float32 activations, say).
+  # shape or dtype (the FP4 matmul to XLA for float32 activations, say).
   backends = {name: _common.resolve(name, None, interpret=None, platform=None, variants=v).kind
               for name, v in variants.items()}
   out: dict[str, Any] = {

@@ -21,6 +21,7 @@ import numpy as np
 import jaxlab.report
 import jaxlab.train
 from jaxlab.diffusion import icl_task as task
+from jaxlab.diffusion import metrics as M
 from jaxlab.presets import config_names, config_seeds
 from jaxlab.report import seed_summary
 
@@ -44,9 +45,11 @@ def train_config(config) -> task.TrainConfig:
                           sample_steps=config.eval.sample_steps)
 
 
-def ref_counts(arm: str, cfg: task.TaskConfig) -> list[int]:
-  """K values an arm is evaluated at (the no-reference arm only at K = 0)."""
-  return [0] if not task.get_arm(arm).use_refs else list(range(1, cfg.max_refs + 1))
+def ref_counts(cfg: task.TaskConfig) -> list[int]:
+  """K values every arm is evaluated at: 1..max_refs. The no-reference arm sees none of them
+  (its generation is the same at every K) but is scored against the same K references as the
+  others, so its identity distance pairs with theirs K by K."""
+  return list(range(1, cfg.max_refs + 1))
 
 
 def _pm(s: dict, digits: int = 1) -> str:
@@ -57,10 +60,27 @@ def _pct(s: dict) -> str:
   return f"{100 * s['mean']:.0f} ± {100 * s['std']:.0f}"
 
 
+def sample_step_readings(config) -> list[int]:
+  """The sampler's Euler step counts the trained models are scored at: `eval.sample_steps`
+  (the default reading) first, then `eval.other_sample_steps` (re-scored, not retrained)."""
+  readings = [int(config.eval.sample_steps)]
+  readings += [int(n) for n in config.eval.get("other_sample_steps", ()) if n not in readings]
+  if min(readings) < 1:
+    raise ValueError(f"eval.sample_steps and eval.other_sample_steps must be >= 1, "
+                     f"got {readings}")
+  return readings
+
+
 def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
              train_cfg: task.TrainConfig, model) -> dict[str, dict]:
-  """Trains and evaluates `arms` x `seeds` in one vmapped program; per-arm JSON results."""
+  """Trains and evaluates `arms` x `seeds` in one vmapped program; per-arm JSON results.
+
+  Each arm's `metrics` are at the default sampler reading, `metrics_at` at every reading of
+  `sample_step_readings` (the same trained models and sampler noise); `oracle` and `blank`
+  score the ground-truth views and an all-background view (the PSNR floor's reference).
+  """
   grid_step = float(config.eval.pose_grid_step)
+  readings = sample_step_readings(config)
   seed_keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s), 3))(np.asarray(seeds))
   flags = jnp.stack([task.get_arm(a).flags() for a in arms])        # [A, 5]
 
@@ -69,20 +89,27 @@ def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
     params, losses = task.train(keys[1], arm_flags, train_pool, cfg, train_cfg, model)
     eval_set = task.make_eval_set(keys[2], test_pool, cfg, grid_step)
 
-    def evaluate(p, f, k, batch, noise):
+    def evaluate(p, f, k, batch, noise, steps):
       one = task.EvalSet(batch, noise, eval_set.grid_images)
-      return task.evaluate(p, f, one, k, cfg, model, train_cfg.sample_steps, grid_step)
+      return task.evaluate(p, f, one, k, cfg, model, steps, grid_step)
 
-    def oracle(batch):
+    def reference(batch, blank):
       one = task.EvalSet(batch, None, eval_set.grid_images)
-      return task.image_metrics(batch.images[:, -1], one, cfg, grid_step)
+      view = jnp.zeros_like(batch.images[:, -1]) if blank else batch.images[:, -1]
+      return task.image_metrics(view, one, cfg.max_refs, cfg, grid_step)
 
-    ks = jnp.arange(cfg.max_refs + 1)                                   # K = 0..max_refs
-    # [A, K+1, splits, 4] metrics and [A, K+1, splits, n, H, W, 3] images.
-    per_split = jax.vmap(evaluate, in_axes=(None, None, None, 0, 0))
-    metrics, images = jax.vmap(lambda p, f: jax.vmap(lambda k: per_split(
-        p, f, k, eval_set.batch, eval_set.noise))(ks))(params, arm_flags)
-    return losses, dict(metrics=metrics, oracle=jax.vmap(oracle)(eval_set.batch),
+    ks = jnp.asarray(ref_counts(cfg))                                   # K = 1..max_refs
+    metrics, images = [], None
+    for steps in readings:
+      # [A, K, splits, 4] metrics and [A, K, splits, n, H, W, 3] images.
+      per_split = jax.vmap(lambda *a, n=steps: evaluate(*a, n), in_axes=(None, None, None, 0, 0))
+      m, im = jax.vmap(lambda p, f, ps=per_split: jax.vmap(lambda k: ps(
+          p, f, k, eval_set.batch, eval_set.noise))(ks))(params, arm_flags)
+      metrics.append(m)
+      images = im if images is None else images     # the views of the default reading
+    return losses, dict(metrics=jnp.stack(metrics, 1),                 # [A, R, K, splits, 4]
+                        oracle=jax.vmap(lambda b: reference(b, False))(eval_set.batch),
+                        blank=jax.vmap(lambda b: reference(b, True))(eval_set.batch),
                         images=images[:, -1, :, :config.eval.num_show],
                         truth=eval_set.batch.images[:, :config.eval.num_show])
 
@@ -91,17 +118,22 @@ def run_arms(arms: list[str], seeds: list[int], config, cfg: task.TaskConfig,
       seed_keys, flags))
   seconds = time.time() - start
   losses = np.asarray(losses)                                         # [S, A, steps]
-  metrics = np.asarray(out["metrics"])                                # [S, A, K+1, splits, 4]
+  metrics = np.asarray(out["metrics"])                                # [S, A, R, K, splits, 4]
+
+  def cells(a, r):
+    return {split: {str(k): {name: metrics[:, a, r, ik, i, j].tolist()
+                             for j, name in enumerate(task.EVAL_METRICS)}
+                    for ik, k in enumerate(ref_counts(cfg))}
+            for i, split in enumerate(task.SPLITS)}
+
+  per_seed_split = lambda name: {s: np.asarray(out[name])[:, i].tolist()
+                                 for i, s in enumerate(task.SPLITS)}
   results = {}
   for a, arm in enumerate(arms):
-    per_split = {}
-    for i, split in enumerate(task.SPLITS):
-      per_split[split] = {str(k): {name: metrics[:, a, k, i, j].tolist()
-                                   for j, name in enumerate(task.EVAL_METRICS)}
-                          for k in ref_counts(arm, cfg)}
     results[arm] = dict(
-        metrics=per_split,
-        oracle={s: np.asarray(out["oracle"])[:, i].tolist() for i, s in enumerate(task.SPLITS)},
+        metrics=cells(a, 0),
+        metrics_at={str(n): cells(a, r) for r, n in enumerate(readings)},
+        oracle=per_seed_split("oracle"), blank=per_seed_split("blank"),
         final_loss=losses[:, a, -max(1, losses.shape[-1] // 10):].mean(-1).tolist(),
         loss_curve=losses[:, a].mean(0)[:: max(1, losses.shape[-1] // 50)].tolist(),
         samples={s: np.asarray(out["images"])[0, a, i].tolist()
@@ -124,18 +156,26 @@ def _over_k(per_arm: dict, arm: str, split: str, metric: str) -> np.ndarray:
   return np.mean([cells[k][metric] for k in cells], axis=0)
 
 
-def _measure(per_arm: dict) -> dict:
-  """Per-seed (method, baseline) values of each declared criterion (arms that ran)."""
+def _measure(per_arm: dict, reading: int | None = None) -> dict:
+  """Per-seed (method, baseline[, reference]) values of each declared criterion (arms that
+  ran), at the default sampler reading or at `reading` Euler steps (`metrics_at`). The pose
+  floors' reference is the constant chance level declared in the config; the PSNR floor's is
+  the blank view's PSNR on the same targets, per seed."""
   measured = {}
   if METHOD not in per_arm:
     return measured
+  if reading is not None:
+    per_arm = {a: dict(r, metrics=r["metrics_at"][str(reading)]) for a, r in per_arm.items()}
   v = lambda arm, split, metric: _over_k(per_arm, arm, split, metric)
   if BASELINE in per_arm:
     measured["pose_extrap"] = (v(METHOD, "extrap", "pose_error"),
                                v(BASELINE, "extrap", "pose_error"))
     measured["pose_interp"] = (v(METHOD, "interp", "pose_error"),
                                v(BASELINE, "interp", "pose_error"))
-    measured["psnr_extrap"] = (v(METHOD, "extrap", "psnr"), v(BASELINE, "extrap", "psnr"))
+    psnr_col = task.EVAL_METRICS.index("psnr")
+    blank = np.asarray(per_arm[BASELINE]["blank"]["extrap"])[:, psnr_col]
+    measured["psnr_extrap"] = (v(METHOD, "extrap", "psnr"), v(BASELINE, "extrap", "psnr"),
+                               blank)
   if PLUCKER in per_arm:
     measured["sape_vs_plucker_extrap"] = (v(METHOD, "extrap", "pose_error"),
                                           v(PLUCKER, "extrap", "pose_error"))
@@ -143,6 +183,29 @@ def _measure(per_arm: dict) -> dict:
     both = lambda arm: np.mean([v(arm, s, "identity_distance") for s in task.SPLITS], axis=0)
     measured["refs_give_identity"] = (both(METHOD), both(NOREF))
   return measured
+
+
+def measure_all(config, per_arm: dict, reading: int | None = None) -> dict:
+  """`_measure` for every criterion of `config.criteria`: one whose arms did not run gets an
+  empty (method, baseline) pair, judged `not measured` (a floored criterion cannot be judged
+  from a missing value)."""
+  measured = _measure(per_arm, reading)
+  return {name: measured.get(name, (np.zeros(0), np.zeros(0))) for name in config.criteria}
+
+
+def interpretations(config, per_arm: dict) -> list:
+  """The row's verdict at each sampler reading of `sample_step_readings` (re-scored).
+
+  How many Euler steps turn the flow into an image is a jaxlab interpretation (the paper's
+  sampler is not public): the default reading draws a sample, as a generator's output is;
+  one step from pure noise returns the model's posterior mean of the view instead.
+  """
+  readings = sample_step_readings(config)
+  source = lambda n: ("jaxlab interpretation (a sample of the flow, as the paper's outputs are)"
+                      if n > 1 else "jaxlab interpretation (one step: the posterior mean view)")
+  return [jaxlab.report.interpretation(
+      "eval.sample_steps", n, config.criteria, measure_all(config, per_arm, n), default=(i == 0),
+      source=source(n)) for i, n in enumerate(readings)]
 
 
 def _plots(workdir: str, table: dict, per_arm: dict, arms: list[str]) -> list[str]:
@@ -202,9 +265,12 @@ def run(config, workdir: str) -> dict:
         per_arm[a] = cache.get_or_run(a, jaxlab.train.config_hash(key, a), lambda r=result: r)
 
   table = _table(per_arm)
-  row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(per_arm))
+  row_verdict, criteria = jaxlab.report.judge_all(config.criteria,
+                                                  measure_all(config, per_arm))
+  readings = interpretations(config, per_arm)
   plots = _plots(workdir, table, per_arm, arms)
   oracle = {s: np.asarray(per_arm[arms[0]]["oracle"][s]) for s in task.SPLITS}  # [S, 4]
+  blank = {s: np.asarray(per_arm[arms[0]]["blank"][s]) for s in task.SPLITS}     # [S, 4]
 
   def describe(arm):
     t = table[arm]
@@ -217,11 +283,14 @@ def run(config, workdir: str) -> dict:
     return f"{arm}: " + "; ".join(cells)
 
   lines = [f"Arm x split x K, mean ± std over {len(seeds)} paired seeds, "
-           f"{cfg.num_test_objects} unseen objects per split:"]
+           f"{cfg.num_test_objects} unseen objects per split (identity distance to the K "
+           f"references shown; {NOREF} sees none and is scored against the same K):"]
   lines += [describe(a) + "." for a in arms]
   lines.append("The ground-truth views themselves score (pose err / id dist): " + "; ".join(
       f"{s} {oracle[s][:, 1].mean():.1f}° / {oracle[s][:, 3].mean():.3f}" for s in task.SPLITS)
-      + f" (the pose search's floor at a {config.eval.pose_grid_step:g}° grid).")
+      + f" (the pose search's floor at a {config.eval.pose_grid_step:g}° grid); a blank "
+      "view scores PSNR " + "; ".join(f"{s} {blank[s][:, 0].mean():.1f} dB" for s in task.SPLITS)
+      + f"; chance pose error is {M.CHANCE_POSE_ERROR:g}°.")
   lines.append(
       f"Setting: {cfg.image_size}x{cfg.image_size} renders, {cfg.grid}x{cfg.grid} tokens per "
       f"view, K ≤ {cfg.max_refs}; DiT d={config.model.d_model}, {config.model.num_layers} "
@@ -235,11 +304,14 @@ def run(config, workdir: str) -> dict:
       baseline="; ".join(describe(a) for a in (BASELINE, PLUCKER) if a in arms)
       or "no baseline arm run",
       ours=describe(METHOD) if METHOD in arms else "sape arm not run",
-      verdict=row_verdict, details=" ".join(lines), plots=tuple(plots), criteria=criteria)
+      verdict=row_verdict, details=" ".join(lines), plots=tuple(plots), criteria=criteria,
+      interpretations=readings)
   results = dict(
       experiment="pose_icl", preset=config.preset, seeds=seeds, arms=arms, table=table,
       oracle={s: dict(zip(task.EVAL_METRICS, oracle[s].mean(0).tolist(), strict=True))
               for s in task.SPLITS},
+      blank={s: dict(zip(task.EVAL_METRICS, blank[s].mean(0).tolist(), strict=True))
+             for s in task.SPLITS},
       final_loss={a: seed_summary(r["final_loss"]) for a, r in per_arm.items()},
       loss_curves={a: r["loss_curve"] for a, r in per_arm.items()},
       samples={a: r["samples"] for a, r in per_arm.items()},

@@ -34,6 +34,7 @@ BASELINES = ("naive", "ols_interference", "spatial_plus", "mlp", "oracle")
 LABELS = {"naive": "OLS(A, X)", "ols_interference": "OLS(A, Ā_N, X)", "spatial_plus": "Spatial+",
           "mlp": "MLP(A, Ā_N, X)", "oracle": "oracle OLS(A, Ā_N, X, U)"}
 MAP_METHODS = ("naive", "spatial_plus")   # residual maps saved next to the criteria variant's
+LOSS_TERMS = ("total", "bce", "kl")       # the CVAE trainer's loss columns, in its order
 
 
 def settings(config) -> list[tuple[str, dict]]:
@@ -148,7 +149,9 @@ class _Programs:
                     oracle=causal.ols_effects(d, d.u[..., None]))
         if "mlp" in self.heads:
           ests["mlp"] = self.mlp(k, d, None)
-        return ({n: _metrics(e, d, gcfg) for n, e in ests.items()},
+        # The overlap reference: how much of the treatment the true confounder explains.
+        extras = dict(a_r2_u=_r2(d.a, d.u[..., None], d.interior))
+        return ({n: _metrics(e, d, gcfg) for n, e in ests.items()}, extras,
                 {n: ests[n].residuals for n in MAP_METHODS})
       self._jitted["baselines"] = jax.jit(jax.vmap(one))
     return self._jitted["baselines"](data, keys)
@@ -171,8 +174,9 @@ class _Programs:
         if "mlp" in self.heads:
           ests["mlp"] = self.mlp(k_mlp, d, z)
         metrics = {h: _metrics(e, d, gcfg) for h, e in ests.items()}
+        # The last step's loss terms, each its own diagnostic (`losses` [steps, 3]).
         extras = dict(u_r2=_r2(d.u, z, d.interior), a_r2=_r2(d.a, z, d.interior),
-                      final_loss=losses[-1])
+                      **{f"final_loss_{t}": losses[-1, i] for i, t in enumerate(LOSS_TERMS)})
         maps = dict(latent=centre_latent(z, radius, z_dim),
                     residuals={h: e.residuals for h, e in ests.items()})
         return metrics, extras, maps
@@ -200,11 +204,11 @@ def run_setting(programs: _Programs, config, name: str, overrides: dict, seeds) 
   k_data, k_mlp, k_cvae = (jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(base_keys)
                            for i in range(3))
   data = programs.simulate(k_data, causal.grid_factors(gcfg), gcfg)
-  metrics, base_maps = programs.baselines(data, k_mlp, gcfg)
+  metrics, base_extras, base_maps = programs.baselines(data, k_mlp, gcfg)
   methods = {n: _np(m) for n, m in metrics.items()}
-  diagnostics, maps = {}, dict(u=_round_map(data.u[0]), a=_round_map(data.a[0]),
-                               residuals={n: _round_map(r[0]) for n, r in base_maps.items()},
-                               latent={})
+  diagnostics = {"data": _np(base_extras)}
+  maps = dict(u=_round_map(data.u[0]), a=_round_map(data.a[0]),
+              residuals={n: _round_map(r[0]) for n, r in base_maps.items()}, latent={})
   for z_dim in programs.trainers:
     m, extras, zmaps = programs.cvae(z_dim, data, k_cvae, gcfg)
     for head, v in m.items():
@@ -240,13 +244,31 @@ def _measure(per_setting: dict, config) -> dict:
                                           err(main, "spatial_plus", "tau_err"))
     measured["spill_vs_spatial_plus"] = (err(main, variant, "delta_err"),
                                          err(main, "spatial_plus", "delta_err"))
-    measured["spill_vs_ols"] = (err(main, variant, "delta_err"),
+  # The linear head with the substitute against the same OLS without it.
+  ols_variant = config.criteria_ols_variant
+  if main is not None and ols_variant in main["methods"]:
+    measured["direct_vs_ols"] = (err(main, ols_variant, "tau_err"),
+                                 err(main, "ols_interference", "tau_err"))
+    measured["spill_vs_ols"] = (err(main, ols_variant, "delta_err"),
                                 err(main, "ols_interference", "delta_err"))
   white = per_setting.get("white")
   if white is not None and variant in white["methods"]:
     measured["white_noise_no_gain"] = (err(white, "spatial_plus", "tau_err")
                                        - err(white, variant, "tau_err"))
   return {k: v for k, v in measured.items() if k in config.criteria}
+
+
+def _diagnostics_text(diag: dict) -> str:
+  """One setting's substitute diagnostics: R^2(U | Z), the overlap R^2(A | Z) vs R^2(A | U)."""
+  cvae = {k: d for k, d in diag.items() if k.startswith("cvae_z")}
+  u_r2 = ", ".join(f"{k} {_pm(d['u_r2'], 2)}" for k, d in cvae.items())
+  a_r2 = ", ".join(f"{k} {_pm(d['a_r2'], 2)}" for k, d in cvae.items())
+  text = f"Substitute quality R²(U | Z): {u_r2}. Overlap R²(A | Z): {a_r2}"
+  if "data" in diag:
+    text += f" vs R²(A | U) {_pm(diag['data']['a_r2_u'], 2)}"
+  losses = "; ".join(f"{k} " + " / ".join(_pm(d[f"final_loss_{t}"], 3) for t in LOSS_TERMS)
+                     for k, d in cvae.items() if all(f"final_loss_{t}" in d for t in LOSS_TERMS))
+  return text + (f". Final CVAE loss total / BCE / KL: {losses}." if losses else ".")
 
 
 def _plots(workdir: str, table: dict, names: list[str], methods: list[str]) -> list[str]:
@@ -278,9 +300,9 @@ def run(config, workdir: str) -> dict:
   seeds = config_seeds(config)
   names_overrides = settings(config)
   variants = variant_names(config)
-  if config.criteria_variant not in variants:
-    raise ValueError(f"config.criteria_variant {config.criteria_variant!r} is not run; "
-                     f"variants: {variants}")
+  for key in ("criteria_variant", "criteria_ols_variant"):
+    if config[key] not in variants:
+      raise ValueError(f"config.{key} {config[key]!r} is not run; variants: {variants}")
   if config.criteria_setting not in [n for n, _ in names_overrides]:
     raise ValueError(f"config.criteria_setting {config.criteria_setting!r} is not run; "
                      f"settings: {[n for n, _ in names_overrides]}")
@@ -304,7 +326,7 @@ def run(config, workdir: str) -> dict:
                      for v, d in per_setting[s]["diagnostics"].items()} for s in names}
   row_verdict, criteria = jaxlab.report.judge_all(config.criteria, _measure(per_setting, config))
   plots = _plots(workdir, table, names, ["naive", "ols_interference", "spatial_plus", "oracle",
-                                         config.criteria_variant])
+                                         config.criteria_ols_variant, config.criteria_variant])
 
   main, v = config.criteria_setting, config.criteria_variant
 
@@ -319,8 +341,7 @@ def run(config, workdir: str) -> dict:
     cells = "; ".join(f"{LABELS.get(m, m)} {_pm(table[s][m]['tau_err'])} / "
                       f"{_pm(table[s][m]['delta_err'])} [{_pm(table[s][m]['moran'], 2)}]"
                       for m in methods)
-    r2 = ", ".join(f"{k} R²(U | Z) {_pm(d['u_r2'], 2)}" for k, d in diagnostics[s].items())
-    lines.append(f"{s}: {cells}. Substitute quality: {r2}.")
+    lines.append(f"{s}: {cells}. {_diagnostics_text(diagnostics[s])}")
   g = config.grid
   lines.append(
       f"Grid {g.height}x{g.width}, r={g.radius}, τ={g.tau}, δ={g.delta}; U a GMRF with precision "
@@ -334,7 +355,8 @@ def run(config, workdir: str) -> dict:
       method="Spatial Deconfounder (CVAE substitute confounder)", paper_claim=PAPER_CLAIM,
       baseline=f"{main}: " + "; ".join(describe(main, m) for m in
                                        ("naive", "ols_interference", "spatial_plus", "oracle")),
-      ours=f"{main}: {describe(main, v)}", verdict=row_verdict, details=" ".join(lines),
+      ours=f"{main}: {describe(main, v)}; {describe(main, config.criteria_ols_variant)}",
+      verdict=row_verdict, details=" ".join(lines),
       plots=tuple(plots), criteria=criteria)
   results = dict(
       experiment="spatial_deconfounder", preset=config.preset, seeds=seeds, settings=names,

@@ -35,6 +35,20 @@ Example:
   >>> y, inter = moe.apply({"params": params}, x, mutable=["intermediates"])
   >>> y.shape, sorted(inter["intermediates"])
   ((4, 3, 8), ['active_experts', 'load_balance_loss'])
+
+Flax NNX. The expert weights carry a partitioning annotation ("expert", None, None),
+which `jaxlab.train.state_sharding` reads to shard them over a mesh's 'expert' axis.
+Under flax >= 0.12's eager sharding default, `nnx.bridge.ToNNX(MoE(...))` therefore
+needs a mesh to place them on: initialise it inside `jax.set_mesh(jaxlab.train.make_mesh())`
+(a mesh with the 'expert' axis), or without sharding inside
+`nnx.use_eager_sharding(False)`; outside both, flax raises "An auto mesh context or
+metadata is required".
+
+  >>> from flax import nnx
+  >>> with nnx.use_eager_sharding(False):
+  ...   layer = nnx.bridge.lazy_init(nnx.bridge.ToNNX(moe, rngs=nnx.Rngs(0)), x)
+  >>> layer(x).shape
+  (4, 3, 8)
 """
 
 import dataclasses
@@ -62,6 +76,12 @@ def sort_by_expert(mask: Bool[Array, "m n"], weights: Float[Array, "m n"], slots
   Returns:
     order int32 [m * slots] (sorted position -> flat slot), slot_weights
     [m, slots], group_sizes int32 [N] (tokens per expert).
+
+  Example:
+    >>> mask = jnp.array([[True, False, True], [False, True, True]])
+    >>> order, w, sizes = sort_by_expert(mask, mask * 0.5, slots=2)
+    >>> order.tolist(), sizes.tolist()  # slots of expert 0, then 1, then 2
+    ([0, 2, 1, 3], [1, 1, 2])
   """
   m, n = mask.shape
   pos = jnp.cumsum(mask, axis=-1) - 1
@@ -76,7 +96,13 @@ def sort_by_expert(mask: Bool[Array, "m n"], weights: Float[Array, "m n"], slots
 
 def grouped_matmul(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"],
                    group_sizes: Int[Array, "g"], impl: str) -> Float[Array, "m n"]:
-  """`jax.lax.ragged_dot` or the Pallas kernel (`impl` in {"ragged_dot", "pallas"})."""
+  """`jax.lax.ragged_dot` or the Pallas kernel (`impl` in {"ragged_dot", "pallas"}).
+
+  Example:
+    >>> lhs, rhs = jnp.ones((3, 4)), jnp.stack([jnp.ones((4, 2)), 2 * jnp.ones((4, 2))])
+    >>> grouped_matmul(lhs, rhs, jnp.array([1, 2]), "ragged_dot").tolist()  # row 0: group 0
+    [[4.0, 4.0], [8.0, 8.0], [8.0, 8.0]]
+  """
   if impl == "ragged_dot":
     return jax.lax.ragged_dot(lhs, rhs, group_sizes, preferred_element_type=jnp.float32)
   if impl == "pallas":
@@ -201,7 +227,14 @@ class MoEFFN:
 
 
 def load_balance_loss(intermediates: Any) -> Array:
-  """Sum of every `load_balance_loss` sown in an intermediates tree (0 if none)."""
+  """Sum of every `load_balance_loss` sown in an intermediates tree (0 if none).
+
+  Example:
+    >>> inter = {"layer_0": {"load_balance_loss": (jnp.float32(1.5),)},
+    ...          "layer_1": {"load_balance_loss": (jnp.float32(0.5),)}}
+    >>> float(load_balance_loss(inter))
+    2.0
+  """
   total = jnp.zeros((), jnp.float32)
   flat = jax.tree_util.tree_flatten_with_path(intermediates)[0]
   for path, leaf in flat:
@@ -211,7 +244,14 @@ def load_balance_loss(intermediates: Any) -> Array:
 
 
 def mean_active_experts(intermediates: Any) -> Array:
-  """Mean over layers of the sown `active_experts` (T per decode step)."""
+  """Mean over layers of the sown `active_experts` (T per decode step).
+
+  Example:
+    >>> inter = {"layer_0": {"active_experts": (jnp.float32(3.0),)},
+    ...          "layer_1": {"active_experts": (jnp.float32(5.0),)}}
+    >>> float(mean_active_experts(inter))
+    4.0
+  """
   vals = [jnp.asarray(leaf, jnp.float32).mean()
           for path, leaf in jax.tree_util.tree_flatten_with_path(intermediates)[0]
           if any(getattr(p, "key", None) == "active_experts" for p in path)]

@@ -50,9 +50,31 @@ class GaitParams:
   heading0: float    # start heading, rad
 
 
-def sample_params(rng: np.random.Generator) -> GaitParams:
-  """Draws gait parameters (jaxlab interpretation of the spec's ranges)."""
-  speed = float(rng.uniform(0.4, 1.6))
+SPEED_RANGE = (0.4, 1.6)  # m/s
+
+
+def sample_params(rng: np.random.Generator,
+                  speed_range: tuple[float, float] = SPEED_RANGE) -> GaitParams:
+  """Draws gait parameters (jaxlab interpretation of the spec's ranges).
+
+  Args:
+    rng: numpy generator; the same number of draws whatever `speed_range`.
+    speed_range: [low, high) of the uniform speed (m/s), inside `SPEED_RANGE`; cadence
+      and swing amplitude follow the speed.
+
+  Returns:
+    The `GaitParams`.
+
+  Example:
+    >>> p = sample_params(np.random.default_rng(0), speed_range=(0.4, 0.8))
+    >>> 0.4 <= p.speed < 0.8
+    True
+  """
+  lo, hi = speed_range
+  if not SPEED_RANGE[0] <= lo < hi <= SPEED_RANGE[1]:
+    raise ValueError(f"speed_range must satisfy {SPEED_RANGE[0]} <= low < high <= "
+                     f"{SPEED_RANGE[1]}, got {speed_range}")
+  speed = float(rng.uniform(lo, hi))
   return GaitParams(speed=speed, turn_rate=float(rng.uniform(-0.6, 0.6)),
                     cadence=float(0.7 + 0.5 * speed + rng.uniform(-0.1, 0.1)),
                     phase0=float(rng.uniform()), bounce=float(rng.uniform()),
@@ -68,8 +90,22 @@ def _rot(axis: int, angle: np.ndarray) -> np.ndarray:
   return r
 
 
-def _fk(parents, offsets, local_rot, root_pos):
-  """NumPy FK over [T, J]: a loop over joints (data generation, not a hot path)."""
+def numpy_fk(parents: np.ndarray, offsets: np.ndarray, local_rot: np.ndarray,
+             root_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """NumPy forward kinematics of one clip: (positions [T, J, 3], global rotations [T, J, 3, 3]).
+
+  A loop over joints (data generation and scoring files, not a hot path); the same
+  arithmetic as `kinematics.forward_kinematics`.
+
+  Args:
+    parents: [J] parent indices, parents before children, -1 for joint 0.
+    offsets: [J, 3] rest offsets from the parent.
+    local_rot: [T, J, 3, 3] local rotations.
+    root_pos: [T, 3] root positions.
+
+  Returns:
+    (positions, global rotations), float64.
+  """
   t, j = local_rot.shape[:2]
   pos = np.zeros((t, j, 3))
   rot = np.zeros((t, j, 3, 3))
@@ -111,7 +147,7 @@ class Clip:
     """(local rotations with the root's yaw removed [T, J, 3, 3], root-relative FK positions)."""
     rot = self.local_rot.copy()
     rot[:, 0] = _rot(1, -self.heading) @ rot[:, 0]
-    pos, _ = _fk(self.skeleton.parents, self.skeleton.offsets, rot, np.zeros((len(rot), 3)))
+    pos, _ = numpy_fk(self.skeleton.parents, self.skeleton.offsets, rot, np.zeros((len(rot), 3)))
     return rot, pos
 
   def root_features(self) -> np.ndarray:
@@ -179,7 +215,7 @@ def generate_clip(skeleton: skeletons.Skeleton, params: GaitParams, *, num_frame
   x = np.concatenate([[0.0], np.cumsum(step * np.sin(heading[:-1]))])
   z = np.concatenate([[0.0], np.cumsum(step * np.cos(heading[:-1]))])
   root_pos = np.stack([x, height, z], -1)
-  pos, _ = _fk(sk.parents, sk.offsets, local, root_pos)
+  pos, _ = numpy_fk(sk.parents, sk.offsets, local, root_pos)
   foot = pos[..., 1]
   low, high = foot.min(0, keepdims=True), foot.max(0, keepdims=True)
   contact = (foot - low <= 0.25 * (high - low)) & sk.contact[None]
@@ -255,31 +291,77 @@ def shuffle_text(data: MotionData, rng: np.random.Generator) -> MotionData:
 def make_splits(seed: int, *, num_train: int, num_test: int, num_frames: int, fps: float,
                 train_species: Sequence[str] = ("biped", "quadruped"),
                 heldout_species: str = "hexapod", pair: tuple[str, str] = ("biped", "quadruped"),
-                bone_jitter: float = 0.3) -> dict[str, list[Clip]]:
+                bone_jitter: float = 0.3, split_speed: float | None = None,
+                heldout_morphology: bool = False) -> dict[str, list[Clip]]:
   """Clips of one seed: every clip on its own random skeleton.
+
+  Retargeting is only a test of transfer when the target species cannot have learnt the
+  hidden pairs' motion on its own skeletons. Two knobs hold parts of it out of training
+  (jaxlab interpretation of the paper's zero-shot setting, where the target species' data
+  is not trained on at all):
+
+  * `split_speed`: the source species `pair[0]` trains on gait speeds below it, the target
+    species `pair[1]` at or above it, and the hidden pairs move below it: the target species
+    never moved at those speeds (cadence and swing amplitude follow the speed).
+  * `heldout_morphology`: the target species trains on "common" skeletons (no limb tips,
+    short tails; `skeletons.MORPHOLOGIES`) and the hidden pairs' targets are "rare" ones
+    (tips on every limb, 3-4 tail segments), whose limb ends only the source species had.
+
+  Args:
+    seed: numpy seed of every draw.
+    num_train: training clips per training species.
+    num_test: clips per test split.
+    num_frames, fps: clip length and rate.
+    train_species: species trained on (unpaired clips).
+    heldout_species: a species never trained on (reconstruction out of topology).
+    pair: (source, target) species of the hidden pairs.
+    bone_jitter: per-bone length jitter of every skeleton.
+    split_speed: see above; None draws every speed from the full `SPEED_RANGE`.
+    heldout_morphology: see above; False draws every skeleton from any morphology.
 
   Returns:
     "train": `num_train` clips per training species (unpaired, shuffled);
-    "test_seen": `num_test` fresh clips per training species (reconstruction);
+    "test_seen": `num_test` fresh clips per training species, each as it was trained
+      (reconstruction);
     "test_heldout": `num_test` clips of `heldout_species` (out-of-topology reconstruction);
     "pair_source" / "pair_target": `num_test` hidden pairs (same `GaitParams`, species
-      `pair[0]` and `pair[1]`), used for scoring retargeting only.
+      `pair[0]` and `pair[1]`), used for scoring retargeting only;
+    "pair_target_common": the same pairs' targets on skeletons of the morphology the
+      target species trained on (drawn after every other split).
+
+  Example:
+    >>> s = make_splits(0, num_train=2, num_test=2, num_frames=4, fps=10.0, split_speed=1.0,
+    ...                 heldout_morphology=True)
+    >>> all(c.params.speed < 1.0 for c in s["pair_target"]), len(s["pair_target_common"])
+    (True, 2)
   """
   for s in (*train_species, heldout_species, *pair):
     if s not in skeletons.SPECIES:
       raise ValueError(f"unknown species {s!r}; expected one of {skeletons.SPECIES}")
+  lo, hi = SPEED_RANGE
+  if split_speed is not None and not lo < split_speed < hi:
+    raise ValueError(f"split_speed must lie in ({lo}, {hi}), got {split_speed}")
   rng = np.random.default_rng(seed)
+  full = SPEED_RANGE
+  below = full if split_speed is None else (lo, split_speed)
+  above = full if split_speed is None else (split_speed, hi)
+  trained_speeds = {pair[0]: below, pair[1]: above}
+  trained_morphology = {pair[1]: "common" if heldout_morphology else "any"}
 
-  def clip(species, params=None):
-    sk = skeletons.make_skeleton(species, rng, bone_jitter=bone_jitter)
-    return generate_clip(sk, params or sample_params(rng), num_frames=num_frames, fps=fps)
+  def clip(species, params=None, morphology=None):
+    morphology = morphology or trained_morphology.get(species, "any")
+    sk = skeletons.make_skeleton(species, rng, bone_jitter=bone_jitter, morphology=morphology)
+    params = params or sample_params(rng, trained_speeds.get(species, full))
+    return generate_clip(sk, params, num_frames=num_frames, fps=fps)
 
   train = [clip(s) for s in train_species for _ in range(num_train)]
   order = rng.permutation(len(train))
   splits = dict(train=[train[i] for i in order],
                 test_seen=[clip(s) for s in train_species for _ in range(num_test)],
                 test_heldout=[clip(heldout_species) for _ in range(num_test)])
-  params = [sample_params(rng) for _ in range(num_test)]
+  params = [sample_params(rng, below) for _ in range(num_test)]
   splits["pair_source"] = [clip(pair[0], p) for p in params]
-  splits["pair_target"] = [clip(pair[1], p) for p in params]
+  splits["pair_target"] = [clip(pair[1], p, "rare" if heldout_morphology else None)
+                           for p in params]
+  splits["pair_target_common"] = [clip(pair[1], p) for p in params]
   return splits

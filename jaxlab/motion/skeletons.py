@@ -26,6 +26,9 @@ import numpy as np
 from jaxlab.motion import kinematics
 
 SPECIES = ("biped", "quadruped", "hexapod")
+# "common": no limb tips, tails of 0-2 segments; "rare": limb tips on every limb, tails of 3-4
+# segments; "any": either (jaxlab interpretation of a morphology held out from training).
+MORPHOLOGIES = ("any", "common", "rare")
 NAMING_STYLES = ("mixamo", "snake", "suffix", "anatomical")
 SEGMENTS = ("upper", "middle", "lower", "tip")
 
@@ -198,7 +201,7 @@ PHASES = {
 
 
 def make_skeleton(species: str, rng: np.random.Generator, *, bone_jitter: float = 0.3,
-                  style: str | None = None) -> Skeleton:
+                  style: str | None = None, morphology: str = "any") -> Skeleton:
   """A random skeleton of `species`.
 
   Args:
@@ -206,12 +209,23 @@ def make_skeleton(species: str, rng: np.random.Generator, *, bone_jitter: float 
     rng: numpy generator (all randomness comes from it).
     bone_jitter: bone lengths are scaled by U(1 - jitter, 1 + jitter), per bone.
     style: naming style (one of `NAMING_STYLES`); None draws one.
+    morphology: one of `MORPHOLOGIES`: "common" skeletons have no limb tips and at most
+      2 tail segments, "rare" ones tips on every limb and 3-4 tail segments (quadrupeds),
+      so a split can hold one out of training. The generator draws the same numbers
+      whatever the choice: "any" gives the skeletons it always gave.
 
   Returns:
     A `Skeleton`.
+
+  Example:
+    >>> sk = make_skeleton("quadruped", np.random.default_rng(0), morphology="rare")
+    >>> sk.roles.count("tail") >= 3 and "hind_left/tip" in sk.roles
+    True
   """
   if species not in SPECIES:
     raise ValueError(f"species must be one of {SPECIES}, got {species!r}")
+  if morphology not in MORPHOLOGIES:
+    raise ValueError(f"morphology must be one of {MORPHOLOGIES}, got {morphology!r}")
   if not 0.0 <= bone_jitter < 1.0:
     raise ValueError(f"bone_jitter must lie in [0, 1), got {bone_jitter}")
   if style is None:
@@ -229,6 +243,7 @@ def make_skeleton(species: str, rng: np.random.Generator, *, bone_jitter: float 
                "root of the body at the hips, centre of mass, carries the whole body", "root")
   n_spine = int(rng.integers(2, 5)) if species != "hexapod" else int(rng.integers(2, 4))
   tip = bool(rng.integers(2))  # optional limb tips (toes / hands), per skeleton
+  tip = {"any": tip, "common": False, "rare": True}[morphology]
   spine_dir = up if species == "biped" else fwd
   torso = {"biped": 0.5, "quadruped": 0.6, "hexapod": 0.3}[species]
   spine = [root]
@@ -275,7 +290,9 @@ def make_skeleton(species: str, rng: np.random.Generator, *, bone_jitter: float 
                phase=PHASES[species][(pair, side)], ground=True)
     if species == "quadruped":
       prev = root
-      for k in range(int(rng.integers(0, 5))):
+      tail = int(rng.integers(0, 5))
+      tail = {"any": tail, "common": tail % 3, "rare": 3 + tail % 2}[morphology]
+      for k in range(tail):
         prev = b.add(b.plain("Tail", k + 1), prev, back * ln(0.1),
                      "tail segment, trails behind the hips and sways from side to side",
                      "tail")

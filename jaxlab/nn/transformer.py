@@ -42,12 +42,26 @@ from jaxlab.nn.dense import Dense
 
 def default_dense(features: int, *, name: str, dtype: Any, param_dtype: Any) -> nn.Module:
   """The default projection: a bias-free dense layer (`jaxlab.nn.Dense`, same params as
-  `nn.Dense(use_bias=False)`, with a weight gradient laid out for the CPU)."""
+  `nn.Dense(use_bias=False)`, with a weight gradient laid out for the CPU).
+
+  Example:
+    >>> layer = default_dense(8, name="proj", dtype=None, param_dtype=jnp.float32)
+    >>> params = layer.init(jax.random.key(0), jnp.ones((2, 4)))["params"]
+    >>> jax.tree.map(jnp.shape, params)
+    {'kernel': (4, 8)}
+  """
   return Dense(features, dtype=dtype, param_dtype=param_dtype, name=name)
 
 
 def swiglu_ffn(config: "TransformerConfig", *, name: str) -> nn.Module:
-  """The default FFN factory: a SwiGLU MLP."""
+  """The default FFN factory: a SwiGLU MLP.
+
+  Example:
+    >>> cfg = TransformerConfig(d_model=32, num_layers=1, num_heads=4, num_kv_heads=2, d_ff=64)
+    >>> y, _ = swiglu_ffn(cfg, name="mlp").init_with_output(jax.random.key(0), jnp.ones((1, 3, 32)))
+    >>> y.shape
+    (1, 3, 32)
+  """
   return SwiGLU(config, name=name)
 
 
@@ -141,6 +155,12 @@ def init_cache(config: TransformerConfig, batch_size: int, max_len: int | None =
 
   The caller keeps `lengths + new_tokens <= max_len` (writes past the end are
   clamped by `lax.dynamic_update_slice` and would overwrite the last slots).
+
+  Example:
+    >>> cfg = TransformerConfig(d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64)
+    >>> cache = init_cache(cfg, batch_size=3, max_len=16)
+    >>> cache.k.shape, cache.lengths.tolist()
+    ((2, 3, 16, 2, 8), [0, 0, 0])
   """
   max_len = config.max_len if max_len is None else max_len
   if batch_size < 1 or max_len < 1:
@@ -167,7 +187,16 @@ class RMSNorm(nn.Module):
 
 def apply_rope(x: Float[Array, "b t h d"], positions: Int[Array, "b t"],
                base: float = 10_000.0) -> Float[Array, "b t h d"]:
-  """Rotary position embedding (rotate-half convention), in float32."""
+  """Rotary position embedding (rotate-half convention), in float32.
+
+  Example:
+    >>> x = jax.random.normal(jax.random.key(0), (1, 4, 2, 8))
+    >>> y = apply_rope(x, jnp.arange(4)[None])
+    >>> bool(jnp.allclose(y[:, 0], x[:, 0]))  # position 0 is not rotated
+    True
+    >>> bool(jnp.allclose(jnp.linalg.norm(y, axis=-1), jnp.linalg.norm(x, axis=-1)))  # a rotation
+    True
+  """
   half = x.shape[-1] // 2
   freq = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
   angle = positions.astype(jnp.float32)[:, :, None, None] * freq  # [b, t, 1, half]
@@ -378,7 +407,15 @@ def stack_block_params(params: dict, num_layers: int) -> dict:
 
 
 def unstack_block_params(params: dict) -> dict:
-  """Scan-layout params (`blocks/...`) -> loop layout (`block_{i}/...`)."""
+  """Scan-layout params (`blocks/...`) -> loop layout (`block_{i}/...`).
+
+  Example:
+    >>> cfg = TransformerConfig(d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64)
+    >>> params = Transformer(cfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    >>> loop = unstack_block_params(stack_block_params(params, cfg.num_layers))
+    >>> sorted(loop) == sorted(params)
+    True
+  """
   if "blocks" not in params:
     raise ValueError("params must hold a 'blocks' entry (scan layout, scan_layers=True)")
   sizes = {x.shape[0] for x in jax.tree.leaves(params["blocks"])}

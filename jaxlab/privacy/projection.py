@@ -27,9 +27,12 @@ Example:
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from jax.typing import DTypeLike
 from jaxtyping import Array, Bool, Float, Int
+
+from jaxlab import validation
 
 MODES = ("qr", "direct")
 _EPS = 1e-8
@@ -79,15 +82,40 @@ reduced_qr_q.defvjp(_qr_fwd, _qr_bwd)
 def rank_mask(max_rank: int, rank: int | Int[Array, ""] | None) -> Float[Array, " k"]:
   """1.0 for the first `rank` of `max_rank` columns, 0.0 after (all ones when rank is None).
 
+  A rank outside [0, max_rank] is never clamped: a concrete one (a Python or
+  numpy int, a jax array outside `jit`) raises a ValueError; a traced one
+  (under `jit` / `vmap`) gives an all-NaN mask, so the projection it masks is
+  NaN, not the full-rank (or rank-0) one.
+
+  Args:
+    max_rank: the number of columns, >= 1.
+    rank: an integer scalar in [0, max_rank], or None (every column).
+
+  Returns:
+    float32 [max_rank].
+
+  Raises:
+    ValueError: `rank` is not an integer scalar, or a concrete `rank` lies
+      outside [0, max_rank].
+
   Example:
     >>> rank_mask(4, 2).tolist()
     [1.0, 1.0, 0.0, 0.0]
+    >>> import jax
+    >>> jax.jit(lambda r: rank_mask(4, r))(9).tolist()
+    [nan, nan, nan, nan]
   """
   if rank is None:
     return jnp.ones((max_rank,), jnp.float32)
-  if isinstance(rank, int) and not 0 <= rank <= max_rank:
-    raise ValueError(f"rank must lie in [0, {max_rank}], got {rank}")
-  return (jnp.arange(max_rank) < rank).astype(jnp.float32)
+  if np.ndim(rank) != 0 or isinstance(rank, bool) or not jnp.issubdtype(
+      jnp.result_type(rank), jnp.integer):
+    raise ValueError(f"rank must be an integer scalar, got {rank!r}")
+  r = validation.concrete(rank)
+  if r is not None and not 0 <= r <= max_rank:
+    raise ValueError(f"rank must lie in [0, max_rank={max_rank}], got {r.item()}")
+  rank = jnp.asarray(rank)
+  mask = (jnp.arange(max_rank) < rank).astype(jnp.float32)
+  return jnp.where((rank >= 0) & (rank <= max_rank), mask, jnp.nan)
 
 
 def orthonormal_basis(w: Float[Array, "k d"], *, mode: str = "qr",

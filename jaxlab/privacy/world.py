@@ -7,14 +7,16 @@ Spec §2(d): every video has T snippets of d-dim "backbone" features
 with B_task, B_face, B_nuis disjoint blocks of one random orthonormal basis (sizes
 task_dim, face_dim, nuisance_dim). Abnormal videos hold one run of `anomaly_len` consecutive
 anomalous snippets whose z_task is shifted by `anomaly_shift` along a fixed unit direction.
-A face appears in `face_rate` of the snippets, with a phi correlation `face_anomaly_corr`
-between "face" and "anomalous" (privacy and utility entangled). The face-crop embedding is
+A face appears in `face_rate` of the snippets, coupled with "anomalous" by
+`face_anomaly_corr` (the spec's "correlated 0.3": privacy and utility entangled), read as
+`face_coupling` says (`face_probabilities`). The face-crop embedding is
 f_face = B_face z_face + crop_noise * eps'. Only video labels are used for training; snippet
 labels and face flags are ground truth for evaluation.
 
 jaxlab interpretations (config knobs): z_face = face_mean * m + N(0, I) with a fixed unit m
 (a face must shift the feature's mean, or a linear face probe could not see it at all);
-the detector that gates L_face is perfect (face flags = detections).
+the detector that gates L_face is perfect (face flags = detections); the coupling's
+reading, `face_coupling` (the paper states none: the correlation is the spec's own design).
 
 Example:
   >>> w = make_world(WorldConfig(num_train=8, num_test=4), seed=0)
@@ -26,6 +28,9 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
+
+# Readings of the face-anomaly coupling `face_anomaly_corr` (`face_probabilities`).
+FACE_COUPLINGS = ("phi", "risk_difference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +51,12 @@ class WorldConfig:
     anomaly_len: (min, max) length of the anomalous run, inclusive.
     anomaly_shift: shift of z_task on anomalous snippets.
     face_rate: P(face) per snippet.
-    face_anomaly_corr: phi correlation between face and anomaly indicators.
+    face_anomaly_corr: the coupling of the face and anomaly indicators, read as
+      `face_coupling` says.
     face_mean: norm of the mean of z_face (jaxlab interpretation).
+    face_coupling: jaxlab interpretation of `face_anomaly_corr`: "phi", the Pearson
+      correlation of the two indicators, or "risk_difference", P(face | anomalous) -
+      P(face | normal) (`face_probabilities`).
   """
   num_train: int = 400
   num_test: int = 200
@@ -64,6 +73,7 @@ class WorldConfig:
   face_rate: float = 0.5
   face_anomaly_corr: float = 0.3
   face_mean: float = 1.5
+  face_coupling: str = "risk_difference"
 
 
 class VideoSet(NamedTuple):
@@ -84,24 +94,45 @@ class World(NamedTuple):
 
 
 def face_probabilities(cfg: WorldConfig) -> tuple[float, float]:
-  """(P(face | anomalous), P(face | normal)) giving face_rate and the phi correlation.
+  """(P(face | anomalous), P(face | normal)) giving face_rate and the coupling.
 
-  With p_a the expected anomalous-snippet rate and p_f = face_rate, phi =
-  (P(f, a) - p_f p_a) / sqrt(p_f (1 - p_f) p_a (1 - p_a)).
+  With p_a the expected anomalous-snippet rate and p_f = face_rate, both readings keep
+  P(face) = p_f and set the coupling c = `face_anomaly_corr`:
+    "phi": phi = (P(f, a) - p_f p_a) / sqrt(p_f (1 - p_f) p_a (1 - p_a)) = c;
+    "risk_difference": P(f | a) - P(f | not a) = c.
+  Anomalies are rare (p_a ~ 0.09 with the defaults), so a phi of 0.3 needs P(f | a) ~ 0.99
+  (a face nearly always comes with an anomaly), while a risk difference of 0.3 gives
+  P(f | a) ~ 0.77 vs 0.47 (phi ~ 0.17).
+
+  Returns:
+    (q1, q0) = (P(face | anomalous), P(face | normal)).
 
   Raises:
-    ValueError: when no probabilities in [0, 1] reach the requested correlation.
+    ValueError: for an unknown `face_coupling`, or when no probabilities in [0, 1] reach
+      the requested coupling.
+
+  Example:
+    >>> q1, q0 = face_probabilities(WorldConfig(face_coupling="risk_difference"))
+    >>> round(q1 - q0, 6)
+    0.3
   """
+  if cfg.face_coupling not in FACE_COUPLINGS:
+    raise ValueError(f"face_coupling must be one of {FACE_COUPLINGS}, got {cfg.face_coupling!r}")
   lo, hi = cfg.anomaly_len
   p_a = cfg.abnormal_fraction * 0.5 * (lo + hi) / cfg.num_snippets
   p_f = cfg.face_rate
   if not (0.0 < p_a < 1.0 and 0.0 < p_f < 1.0):
     raise ValueError(f"face_rate ({p_f}) and the anomalous-snippet rate ({p_a:.3f}) "
                      "must lie in (0, 1)")
-  joint = cfg.face_anomaly_corr * np.sqrt(p_f * (1 - p_f) * p_a * (1 - p_a)) + p_f * p_a
-  q1, q0 = joint / p_a, (p_f - joint) / (1 - p_a)
+  c = cfg.face_anomaly_corr
+  if cfg.face_coupling == "phi":
+    joint = c * np.sqrt(p_f * (1 - p_f) * p_a * (1 - p_a)) + p_f * p_a
+    q1, q0 = joint / p_a, (p_f - joint) / (1 - p_a)
+  else:  # q1 - q0 = c and p_a q1 + (1 - p_a) q0 = p_f
+    q0 = p_f - c * p_a
+    q1 = q0 + c
   if not (0.0 <= q1 <= 1.0 and 0.0 <= q0 <= 1.0):
-    raise ValueError(f"face_anomaly_corr={cfg.face_anomaly_corr} is not reachable with "
+    raise ValueError(f"face_anomaly_corr={c} ({cfg.face_coupling}) is not reachable with "
                      f"face_rate={p_f} and anomalous-snippet rate {p_a:.3f}")
   return float(q1), float(q0)
 

@@ -14,6 +14,7 @@ Formats. `fmt` is one of two things:
   * a parametric QAT grid family (`GRID_FAMILIES`), whose bits and group size
     are free knobs so a scaling-law grid can sweep them (these are families,
     not named formats; the named ones live in `jaxlab.formats`):
+
     - "int": INT-b, `bits` in 2..8: symmetric grid [-2^(b-1), 2^(b-1)-1]
       ([-8, 7] for INT4). AbsMax scale s = max|x_group| / M. The spec ([P],
       section 3(b)) says M = 8 for INT4, i.e. M = 2^(b-1)
@@ -31,7 +32,7 @@ shared across tokens (spec: "one learnable clip per group index"; the sigmoid
 ratio form is a jaxlab interpretation of how the clip is parameterized).
 
 Gradient (straight-through, `jax.custom_vjp` on the rounding step): with
-y = x / s, d fake_quant / dx = 1 where |y| <= M (inside the clip range
+`y = x / s`, `d fake_quant / dx = 1` where `|y| <= M` (inside the clip range
 [-c, c]) and 0 outside; the +M -> 2^(b-1)-1 step of `absmax_m="paper"` lies
 inside the range and keeps its gradient. For LAC the clip receives the
 LSQ-style gradient (q - y inside the range, q at clipped elements, times
@@ -40,6 +41,7 @@ STE of `jaxlab.formats.fake_quant`.
 
 Non-finite and tiny inputs (the rule of `jaxlab.formats` for scales, with one
 deliberate difference for element values; a jaxlab interpretation):
+
   * Group (and tensor) amaxes are taken over finite values only, so one NaN
     or Inf never changes what the other elements of its group get.
   * A NaN or +-Inf element passes through unchanged (NaN stays NaN, +-Inf
@@ -86,7 +88,12 @@ _UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
 
 
 def is_grid_family(fmt: Any) -> bool:
-  """Whether `fmt` names a parametric QAT grid family ("int", "fp4")."""
+  """Whether `fmt` names a parametric QAT grid family ("int", "fp4").
+
+  Example:
+    >>> is_grid_family("int"), is_grid_family("nvfp4")
+    (True, False)
+  """
   return isinstance(fmt, str) and fmt in GRID_FAMILIES
 
 
@@ -118,7 +125,14 @@ def resolve_format(fmt: Any, name: str = "fmt") -> "str | formats.Format":
 
 
 def check_bits(bits: Any, name: str = "bits") -> None:
-  """Raises ValueError unless `bits` is an int (not a bool) or an integer array."""
+  """Raises ValueError unless `bits` is an int (not a bool) or an integer array.
+
+  Example:
+    >>> check_bits(4)
+    >>> check_bits(True)
+    Traceback (most recent call last):
+    ValueError: bits must be an int, got the bool True
+  """
   if isinstance(bits, (bool, np.bool_)):
     raise ValueError(f"{name} must be an int, got the bool {bits!r}")
   if isinstance(bits, (int, np.integer)):
@@ -159,6 +173,10 @@ def resolve_group_size(k: int, group_size: int | None, name: str = "group_size")
 
   Raises:
     ValueError: if `group_size` is not a positive divisor of `k` (bools are refused).
+
+  Example:
+    >>> resolve_group_size(64, None), resolve_group_size(64, 16)
+    (64, 16)
   """
   if group_size is None:
     return k
@@ -365,6 +383,14 @@ def fake_quant_dynamic(x: Float[Array, "*b k"], *, bits: Any, group_size: Any,
   Bits and G that are not allowed (bits outside [2, 8] and >= 16; a G not in
   `group_sizes`, unless bits >= 16) raise ValueError when their values are
   concrete; under trace they give NaN, never another bit width or G.
+
+  Example:
+    >>> x = jnp.array([[0.1, -0.8, 0.4, 0.3]])
+    >>> def f(x, b, g):
+    ...   return fake_quant_dynamic(x, bits=b, group_size=g, group_sizes=(2, 4))
+    >>> f = jax.jit(f)
+    >>> bool(jnp.array_equal(f(x, 4, 2), fake_quant(x, bits=4, group_size=2)))  # one program
+    True
   """
   if x.ndim < 1:
     raise ValueError(f"x must have at least one axis (K last), got shape {x.shape}")
@@ -409,6 +435,10 @@ def kurtosis(x: Float[Array, "*s"]) -> Float[Array, ""]:
   Computed over the whole tensor (tokens and channels together), so channel
   outliers raise it; this pooling is a jaxlab interpretation of the spec's
   "input kurtosis".
+
+  Example:
+    >>> round(float(kurtosis(jax.random.normal(jax.random.key(0), (100_000,)))), 1)
+    3.0
   """
   x = x.astype(jnp.float32).reshape(-1)
   c = x - jnp.mean(x)
@@ -417,7 +447,12 @@ def kurtosis(x: Float[Array, "*s"]) -> Float[Array, ""]:
 
 
 def lac_init_logit(ratio: float = 0.98) -> Any:
-  """The LAC logit whose sigmoid is `ratio` (initial clip = ratio * max|x|)."""
+  """The LAC logit whose sigmoid is `ratio` (initial clip = ratio * max|x|).
+
+  Example:
+    >>> round(float(jax.nn.sigmoid(lac_init_logit(0.98))), 4)
+    0.98
+  """
   if not 0.0 < ratio < 1.0:
     raise ValueError(f"ratio must be in (0, 1), got {ratio}")
   return float(np.log(ratio / (1.0 - ratio)))

@@ -154,11 +154,13 @@ def _check_runtime_groups(spec: QuantSpec, group_sizes: tuple, where: str = "") 
 class QuantPolicy(QuantSpec):
   """A `QuantSpec` for every Dense plus per-module overrides by module path.
 
-  Attributes (besides `QuantSpec`'s: w_bits / a_bits (>= 16 = full
+  Besides `QuantSpec`'s attributes (w_bits / a_bits (>= 16 = full
   precision), group_size (G along K; None = per-channel weights / per-token
   activations), w_group_size / a_group_size ("same" = group_size), fmt / w_fmt
   / a_fmt (grid family "int" or "fp4", or a `jaxlab.formats` preset such as
   "nvfp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init):
+
+  Attributes:
     overrides: {regex: {field: value}}; a module whose "/"-joined path matches
       a regex (`re.search`) gets those fields; later entries win. Example:
       {"mlp/down": {"a_bits": 8}} keeps every FC2 input at 8 bits. A pattern
@@ -430,6 +432,16 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "",
   Raises:
     ValueError: a `policy.overrides` pattern matches no module of `qat`, or a
       resolved G is not in `group_sizes`.
+
+  Example:
+    >>> import jax
+    >>> policy = QuantPolicy(w_bits=4, a_bits=4, group_size=16, runtime_group_sizes=(16, 32))
+    >>> layer = QDense(8, policy=policy)
+    >>> variables = jax.eval_shape(layer.init, jax.random.key(0), jnp.ones((2, 32)))  # paths only
+    >>> knobs = runtime_knobs(QuantPolicy(w_bits=8, a_bits=16, group_size=32), variables["qat"],
+    ...                       group_sizes=(16, 32))  # W8A16 at G = 32: the same program
+    >>> sorted((k, int(v)) for k, v in knobs.items())
+    [('a_bits', 16), ('a_group', 32), ('w_bits', 8), ('w_group', 32)]
   """
   if group_sizes is None:
     group_sizes = policy.runtime_group_sizes
@@ -461,7 +473,14 @@ def runtime_knobs(policy: QuantPolicy, qat: Mapping, prefix: str = "",
 
 def qdense_factory(policy: QuantPolicy):
   """A `TransformerConfig.dense` factory building `QDense` (lm_head stays `nn.Dense`
-  unless `policy.quantize_lm_head`)."""
+  unless `policy.quantize_lm_head`).
+
+  Example:
+    >>> dense = qdense_factory(QuantPolicy(w_bits=4, a_bits=4, group_size=16))
+    >>> kw = dict(dtype=None, param_dtype=jnp.float32)
+    >>> type(dense(8, name="q", **kw)).__name__, type(dense(8, name="lm_head", **kw)).__name__
+    ('QDense', 'Dense')
+  """
   if not isinstance(policy, QuantPolicy):
     raise ValueError(f"policy must be a QuantPolicy, got {type(policy).__name__}")
 

@@ -69,6 +69,30 @@ def ranking_metrics(ranks: Int[Array, "b"], k: int = 10) -> dict[str, Float[Arra
   return dict(hr=hit, ndcg=hit / jnp.log2(r + 2.0), mrr=hit / (r + 1.0))
 
 
+def chance_metrics(num_candidates: int, k: int = 10) -> dict[str, float]:
+  """HR@k, NDCG@k and MRR@k of a random ranking: the target uniform over `num_candidates` ranks.
+
+  The floor of a sampled evaluation (1 + m candidates): a recommender that ranks no better
+  than this has learnt nothing a comparison could build on.
+
+  Args:
+    num_candidates: the target and its competitors (1 + num_negatives).
+    k: list length (>= 1).
+
+  Returns:
+    dict(hr=..., ndcg=..., mrr=...), expectations over the target's rank.
+
+  Example:
+    >>> chance_metrics(101, 10)["hr"] == 10 / 101
+    True
+  """
+  if num_candidates < 1 or k < 1:
+    raise ValueError(f"num_candidates and k must be >= 1, got {num_candidates}, {k}")
+  r = np.arange(min(k, num_candidates), dtype=np.float64)
+  return dict(hr=len(r) / num_candidates, ndcg=float(np.sum(1 / np.log2(r + 2))) / num_candidates,
+              mrr=float(np.sum(1 / (r + 1))) / num_candidates)
+
+
 def top_k_genre_share(scores: Float[Array, "b n"], item_genres: Float[Array, "n g"],
                       genre: Int[Array, "b"], k: int = 10) -> Float[Array, "b"]:
   """Share of the top-k items (full ranking, padding excluded) that carry `genre`.

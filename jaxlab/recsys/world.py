@@ -114,6 +114,43 @@ class World(NamedTuple):
   neutral_request: str     # a held-out neutral paraphrase (the "no request" comparison)
 
 
+def oracle_requests(intent: np.ndarray, genre: np.ndarray, num_genres: int,
+                    width: int | None = None) -> np.ndarray:
+  """The requests' true attributes as embeddings: a one-hot of (intent, genre).
+
+  Row u is e_0 for no request, e_{1+g} for "want g", e_{1+G+g} for "avoid g" (G =
+  `num_genres`), zero-padded to `width` so it can stand in for a text embedding of that
+  width: an arm fed these instead of MiniLM's embeddings understands every request
+  perfectly (jaxlab interpretation of an oracle request encoder).
+
+  Args:
+    intent: int [u], index into INTENTS.
+    genre: int [u], the requested genre (-1 for none).
+    num_genres: G.
+    width: embedding width (>= 1 + 2G); None = 1 + 2G.
+
+  Returns:
+    float32 [u, width], unit-norm rows.
+
+  Example:
+    >>> oracle_requests(np.array([0, 1, 2]), np.array([-1, 0, 1]), 2).tolist()
+    [[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]]
+  """
+  intent, genre = np.asarray(intent), np.asarray(genre)
+  width = 1 + 2 * num_genres if width is None else width
+  if width < 1 + 2 * num_genres:
+    raise ValueError(f"width must be >= 1 + 2 * num_genres = {1 + 2 * num_genres}, got {width}")
+  if intent.shape != genre.shape or intent.ndim != 1:
+    raise ValueError(f"intent and genre must be [u], got {intent.shape}, {genre.shape}")
+  bad = (intent > 0) & ((genre < 0) | (genre >= num_genres)) | (intent < 0) | (intent > 2)
+  if bad.any():
+    raise ValueError(f"intent must lie in [0, 3) with a genre in [0, {num_genres}) when > 0")
+  col = np.where(intent == 0, 0, np.where(intent == 1, 1 + genre, 1 + num_genres + genre))
+  out = np.zeros((intent.size, width), np.float32)
+  out[np.arange(intent.size), col] = 1.0
+  return out
+
+
 def request_texts(intent: str, num_genres: int, held_out: bool,
                   num_test_templates: int = 3) -> list[str]:
   """Every paraphrase of `intent` for the train (False) or held-out (True) templates."""

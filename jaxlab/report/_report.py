@@ -197,6 +197,8 @@ def _floor_text(c: Mapping[str, Any]) -> str:
   """The floor column: the reference, the baseline's lead over it, and whether it counts."""
   if not c.get("floor"):
     return ""
+  if c.get("reference_mean") is None:  # not measured: nothing to compare with yet
+    return str(c["floor"])
   lead = _verdict.format_effect(dict(c, effect=c.get("floor_effect"), se=c.get("floor_se")))
   margin = _threshold_text(dict(c, threshold=c.get("floor_margin")))
   status = {True: "signal", False: "no signal"}.get(c.get("signal"), "undecided")

@@ -34,7 +34,7 @@ judges them here with one rule, so no experiment writes its own verdict logic:
   criterion held. Non-primary criteria are reported with their own verdicts and
   never decide the row.
 * Properties true by construction (storage bytes, a value a model was refit
-  to hit) are `Fact`s: reported, never judged.
+  to hit) are facts (`Fact`): reported, never judged.
 
 Missing values: a seed whose method or baseline value is None, NaN or +-Inf is
 not measured; it is dropped from the pair and counted in `n_missing`. A
@@ -106,6 +106,9 @@ class Criterion:
       criterion's direction and kind (metric units, or a factor for ratios).
       None means 0 (difference) or 1 (ratio).
     floor_value: the reference's value when it is a constant (chance = 1 / classes).
+    floor_direction: the direction in which the baseline must beat the reference, when it
+      differs from the claim's (a claim that a baseline *falls below* SFT still needs that
+      baseline to beat unigram); None means `direction`.
   """
   name: str
   claim: str
@@ -119,6 +122,7 @@ class Criterion:
   floor: str | None = None
   floor_margin: float | int | None = None
   floor_value: float | int | None = None
+  floor_direction: str | None = None
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:
@@ -126,6 +130,9 @@ class Criterion:
     if self.direction not in DIRECTIONS:
       raise ValueError(f"Criterion {self.name!r}: direction must be one of {DIRECTIONS}, "
                        f"got {self.direction!r}")
+    if self.floor_direction not in (None, *DIRECTIONS):
+      raise ValueError(f"Criterion {self.name!r}: floor_direction must be None or one of "
+                       f"{DIRECTIONS}, got {self.floor_direction!r}")
     if self.kind not in KINDS:
       raise ValueError(f"Criterion {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
     for flag in ("primary", "mechanism"):
@@ -140,9 +147,10 @@ class Criterion:
         raise ValueError(f"Criterion {self.name!r}: floor_value must be finite"
                          f"{' and > 0 for a ratio' if self.kind == 'ratio' else ''}, got {v}")
       object.__setattr__(self, "floor_value", v)
-    if self.floor is None and (self.floor_margin is not None or self.floor_value is not None):
-      raise ValueError(f"Criterion {self.name!r}: floor_margin / floor_value need a named "
-                       f"floor (the trivial reference, e.g. floor='chance')")
+    if self.floor is None and (self.floor_margin is not None or self.floor_value is not None
+                               or self.floor_direction is not None):
+      raise ValueError(f"Criterion {self.name!r}: floor_margin / floor_value / floor_direction "
+                       f"need a named floor (the trivial reference, e.g. floor='chance')")
     if self.floor is not None and (not isinstance(self.floor, str) or not self.floor):
       raise ValueError(f"Criterion {self.name!r}: floor must name the reference, "
                        f"got {self.floor!r}")
@@ -273,8 +281,8 @@ class CriterionResult:
   log-ratio for `kind="ratio"`. `threshold` is the declared one (a factor for
   ratios). NaN / None when not defined (no seed, or fewer than 2 for `se`).
   `floor_effect` and `floor_se` are the baseline's lead over the floor's
-  reference on the same scale (None without a floor); `signal` says whether it
-  cleared `floor_margin` (None without a floor).
+  reference on the same scale, positive in the floor's direction (None without a
+  floor); `signal` says whether it cleared `floor_margin` (None without a floor).
   """
   name: str
   claim: str
@@ -416,7 +424,8 @@ def judge(criterion: Criterion, method: npt.ArrayLike | None,
   if b is not None and b.shape != m.shape:
     raise ValueError(f"Criterion {c.name!r}: method and baseline must pair seed by seed, "
                      f"got {m.shape[0]} and {b.shape[0]} values")
-  r = _reference(c, reference, b, m.shape)
+  # An arm that did not run (method None / no finite seed) is "not measured", floor or not.
+  r = _reference(c, reference, b, m.shape) if np.isfinite(m).any() else None
   ok = np.isfinite(m) if b is None else np.isfinite(m) & np.isfinite(b)
   if r is not None:
     ok &= np.isfinite(r)
@@ -426,7 +435,10 @@ def judge(criterion: Criterion, method: npt.ArrayLike | None,
 
   signal = floor_effect = floor_se = None
   if r is not None and n:
-    floor_effect, floor_se = _mean_se(_signed_per_seed(c, b_ok, r[ok], "baseline, reference"))
+    floor_sign = c.sign if c.floor_direction is None else (
+        1.0 if c.floor_direction == "higher" else -1.0)
+    floor_effect, floor_se = _mean_se(
+        floor_sign * c.sign * _signed_per_seed(c, b_ok, r[ok], "baseline, reference"))
     if n >= 2:  # with one seed the floor is as undecided as the criterion
       signal = _clears(floor_effect - c.judged_floor_margin, floor_se)
   both_zero = bool(b_ok is not None and n and not m_ok.any() and not b_ok.any())

@@ -20,6 +20,12 @@ never touches another group; `dynamic_sampling_mask` drops such a group, and
 `clipped_surrogate_loss` ignores masked-out tokens even when their inputs are
 NaN (selected with `where`, not multiplied by zero).
 
+Out-of-range inputs are never clamped: outside `jit` an outcome code other than
+0, 1, 2, or a float mask entry other than 0 or 1, is a ValueError naming the
+argument; under `jit` (where no exception can be raised) an out-of-range code
+gets a NaN reward (so its group's advantages are NaN, and the group is dropped
+as above), and a bad mask entry makes the loss NaN.
+
 Example:
   >>> import jax.numpy as jnp
   >>> from jaxlab.rl import grpo
@@ -47,7 +53,8 @@ def check_outcomes(outcomes: Int[Array, "b g"], name: str = "outcomes") -> None:
   """Raises a ValueError unless `outcomes` is an int [b, g] array of codes 0, 1, 2.
 
   The value range is checked only for concrete arrays (outside `jit`); under
-  `jit`, out-of-range codes give NaN rewards and advantages (loud, not silent).
+  `jit`, an out-of-range code gives its group NaN rewards and advantages (loud,
+  not silent; `valid_groups`).
   """
   if np.ndim(outcomes) != 2:
     raise ValueError(f"{name} must have shape [groups, group_size], got {np.shape(outcomes)}")
@@ -58,6 +65,21 @@ def check_outcomes(outcomes: Int[Array, "b g"], name: str = "outcomes") -> None:
     if o.size and (o.min() < 0 or o.max() >= NUM_OUTCOMES):
       raise ValueError(f"{name} must be codes CORRECT=0, WRONG=1, UNCERTAIN=2, got values "
                        f"in [{o.min()}, {o.max()}]")
+
+
+def valid_groups(outcomes: Int[Array, "b g"]) -> Bool[Array, "b"]:
+  """True for the groups whose every code is CORRECT, WRONG or UNCERTAIN.
+
+  Under `jit` an out-of-range code cannot raise; the functions of `grpo` and
+  `ucpo` give its group NaN (rewards, advantages, fractions) and leave it out of
+  every statistic shared with other groups, so it never becomes WRONG (or any
+  other outcome) and never changes what the other groups get.
+
+  Example:
+    >>> valid_groups(jnp.array([[0, 1, 2], [0, 7, 1]])).tolist()
+    [True, False]
+  """
+  return ((outcomes >= 0) & (outcomes < NUM_OUTCOMES)).all(axis=1)
 
 
 def _check_rewards(rewards, name: str = "rewards") -> None:
@@ -165,13 +187,16 @@ def clipped_surrogate_loss(logp: Float[Array, "n t"], old_logp: Float[Array, "n 
       optimised, shape [sequences, tokens] (a single-token answer: t = 1).
     old_logp: the same under the sampling policy (no gradient flows through it).
     advantages: one advantage per sequence, shape [sequences].
-    mask: which tokens count (bool or 0/1 float), shape [sequences, tokens];
-      None: all. Use it to drop padding and whole groups (dynamic sampling, NTF).
+    mask: which tokens count (bool, or a number that is 0 or 1), shape
+      [sequences, tokens]; None: all. Use it to drop padding and whole groups
+      (dynamic sampling, NTF). A fractional weight (0.5) is no mask: outside
+      `jit` it is a ValueError, under `jit` it makes the loss NaN.
     eps_low: lower clip width, in [0, 1).
     eps_high: upper clip width, >= 0.
 
   Returns:
-    The scalar loss (0 when no token is valid).
+    The scalar loss (0 when no token is valid; NaN when a `mask` entry is
+    neither 0 nor 1, e.g. 0.5 or NaN, under `jit`).
 
   Example:
     >>> lp = jnp.log(jnp.array([[0.5], [0.25]]))
@@ -189,7 +214,17 @@ def clipped_surrogate_loss(logp: Float[Array, "n t"], old_logp: Float[Array, "n 
     raise ValueError(f"mask must have logp's shape {np.shape(logp)}, got {np.shape(mask)}")
   if not 0.0 <= eps_low < 1.0 or not eps_high >= 0.0:
     raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
-  valid = jnp.ones(np.shape(logp), bool) if mask is None else jnp.asarray(mask) > 0
+  if mask is None:
+    valid, bad_mask = jnp.ones(np.shape(logp), bool), jnp.zeros((), bool)
+  else:
+    m = validation.concrete(mask)
+    if m is not None and m.dtype != bool and not np.all((m == 0) | (m == 1)):
+      bad = m[(m != 0) & (m != 1)]
+      raise ValueError(f"mask must be bool or hold only 0 and 1, got {bad.size} other "
+                       f"value(s), e.g. {bad.flat[0]!r}")
+    mask = jnp.asarray(mask)
+    valid = mask != 0
+    bad_mask = ((mask != 0) & (mask != 1)).any()  # only reachable under jit
   old_logp = jax.lax.stop_gradient(old_logp)
   # Masked tokens may hold NaN (a dropped group): select them away before the exp.
   log_ratio = jnp.where(valid, logp - old_logp, 0.0)
@@ -198,4 +233,5 @@ def clipped_surrogate_loss(logp: Float[Array, "n t"], old_logp: Float[Array, "n 
   unclipped = ratio * adv
   clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
   per_token = jnp.where(valid, jnp.minimum(unclipped, clipped), 0.0)
-  return -per_token.sum() / jnp.maximum(valid.sum(), 1)
+  loss = -per_token.sum() / jnp.maximum(valid.sum(), 1)
+  return jnp.where(bad_mask, jnp.nan, loss)

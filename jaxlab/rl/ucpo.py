@@ -28,6 +28,12 @@ themselves (the paper's abstract). Everything below beyond that concept is a
 
 `ucpo_advantages` combines them; the loss is `grpo.clipped_surrogate_loss`.
 
+Out-of-range outcome codes (e.g. 7 or -4) are a ValueError outside `jit`. Under
+`jit` a group holding one is never scored as if the code were another outcome:
+its fractions, r_U and advantages are NaN, NTF drops it, and it is left out of
+every statistic shared with other groups (the uncertain pool, the batch
+accuracy), as the MoE router treats a NaN token (`grpo.valid_groups`).
+
 Example:
   >>> import jax.numpy as jnp
   >>> from jaxlab.rl import grpo, ucpo
@@ -52,13 +58,16 @@ from jaxlab.rl.grpo import CORRECT, UNCERTAIN, WRONG
 def outcome_fractions(outcomes: Int[Array, "b g"]) -> Float[Array, "b 3"]:
   """Per group, the fractions (rho_c, rho_w, rho_u) of correct / wrong / uncertain rollouts.
 
+  NaN for a group holding an out-of-range code (under `jit`; outside it, a ValueError).
+
   Example:
     >>> outcome_fractions(jnp.array([[0, 0, 1, 2]])).tolist()
     [[0.5, 0.25, 0.25]]
   """
   grpo.check_outcomes(outcomes)
-  return jnp.stack([(outcomes == c).mean(axis=1) for c in (CORRECT, WRONG, UNCERTAIN)],
-                   axis=1).astype(jnp.float32)
+  rho = jnp.stack([(outcomes == c).mean(axis=1) for c in (CORRECT, WRONG, UNCERTAIN)],
+                  axis=1).astype(jnp.float32)
+  return jnp.where(grpo.valid_groups(outcomes)[:, None], rho, jnp.nan)
 
 
 def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
@@ -119,7 +128,7 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
 
 def tad_advantages(outcomes: Int[Array, "b g"], uncertain_reward: Float[Array, "b"], *,
                    normalize_uncertain: bool | Bool[Array, ""] = True,
-                   pool: Bool[Array, "b"] | None = None,
+                   pool: Bool[Array, "b"] | Float[Array, "b"] | None = None,
                    eps: float = 1e-6) -> Float[Array, "b g"]:
   """Ternary advantage decoupling: D and U each normalized among themselves.
 
@@ -144,7 +153,8 @@ def tad_advantages(outcomes: Int[Array, "b g"], uncertain_reward: Float[Array, "
 
   Non-finite values: a group whose `uncertain_reward` is NaN / Inf gets NaN on
   its own uncertain rollouts and is left out of the pool, so the others' are
-  unchanged.
+  unchanged. A group holding an out-of-range code (under `jit`) gets NaN on
+  every rollout and is left out of the pool too.
 
   Args:
     outcomes: outcome codes [b, g].
@@ -152,7 +162,7 @@ def tad_advantages(outcomes: Int[Array, "b g"], uncertain_reward: Float[Array, "
     normalize_uncertain: True: z-score U over the pool; False: use it directly.
       May be a traced bool (arms that share one compiled program).
     pool: the groups whose uncertain rollouts form U's statistics (the groups
-      that are trained on, e.g. `ntf_mask`); None: every group.
+      that are trained on, e.g. `ntf_mask`); bool, or 0 / 1; None: every group.
     eps: added to the stds; > 0.
 
   Returns:
@@ -175,13 +185,27 @@ def tad_advantages(outcomes: Int[Array, "b g"], uncertain_reward: Float[Array, "
                      f"got {np.shape(pool)}")
   if not eps > 0:
     raise ValueError(f"eps must be > 0, got {eps}")
+  valid = grpo.valid_groups(outcomes)
+  in_pool = valid
+  if pool is not None:
+    _check_group_mask(pool, "pool")
+    pool = jnp.asarray(pool)
+    valid = valid & ((pool == 0) | (pool == 1))  # 0.5 (under jit): NaN, never rounded
+    in_pool = valid & (pool != 0)
   a_d = _zscore(outcomes != UNCERTAIN, (outcomes == CORRECT).astype(jnp.float32), eps, axis=1)
   r_u = jnp.asarray(uncertain_reward, jnp.float32)
-  in_pool = jnp.isfinite(r_u) if pool is None else jnp.asarray(pool, bool) & jnp.isfinite(r_u)
-  in_u = (outcomes == UNCERTAIN) & in_pool[:, None]
+  in_u = (outcomes == UNCERTAIN) & (in_pool & jnp.isfinite(r_u))[:, None]
   a_u = _zscore(in_u, jnp.broadcast_to(r_u[:, None], np.shape(outcomes)), eps, axis=None)
   a_u = jnp.where(normalize_uncertain, a_u[:, 0], r_u)
-  return jnp.where(outcomes != UNCERTAIN, a_d, a_u[:, None])
+  adv = jnp.where(outcomes != UNCERTAIN, a_d, a_u[:, None])
+  return jnp.where(valid[:, None], adv, jnp.nan)
+
+
+def _check_group_mask(mask, name: str) -> None:
+  """Raises a ValueError unless a concrete `mask` is bool or holds only 0 and 1."""
+  m = validation.concrete(mask)
+  if m is not None and m.dtype != bool and not np.all((m == 0) | (m == 1)):
+    raise ValueError(f"{name} must be bool or hold only 0 and 1, got {m.tolist()!r}")
 
 
 def _zscore(member: Bool[Array, "b g"], x: Float[Array, "b g"], eps: float,
@@ -200,19 +224,24 @@ def _zscore(member: Bool[Array, "b g"], x: Float[Array, "b g"], eps: float,
 def ntf_mask(outcomes: Int[Array, "b g"]) -> Bool[Array, "b"]:
   """NTF: True for groups whose outcomes are not all identical (jaxlab interpretation).
 
+  A group holding an out-of-range code (under `jit`) is dropped (False), as
+  `grpo.dynamic_sampling_mask` drops a group with a non-finite reward.
+
   Example:
     >>> ntf_mask(jnp.array([[2, 2, 2], [0, 0, 0], [0, 1, 1], [1, 2, 1]])).tolist()
     [False, False, True, True]
   """
   grpo.check_outcomes(outcomes)
-  return (outcomes != outcomes[:, :1]).any(axis=1)
+  return grpo.valid_groups(outcomes) & (outcomes != outcomes[:, :1]).any(axis=1)
 
 
 def update_accuracy_ema(accuracy_ema: float | Float[Array, ""], outcomes: Int[Array, "b g"], *,
                         decay: float = 0.9) -> Float[Array, ""]:
   """DURA's model-capability term: `decay * g + (1 - decay) * (batch accuracy)`.
 
-  Batch accuracy = the fraction of the batch's rollouts that are correct.
+  Batch accuracy = the fraction of the batch's rollouts that are correct, over
+  the groups without an out-of-range code (under `jit`; NaN when no group is
+  left). Outside `jit` such a code is a ValueError.
 
   Example:
     >>> float(update_accuracy_ema(0.0, jnp.array([[0, 0, 1, 2]]), decay=0.5))
@@ -221,7 +250,10 @@ def update_accuracy_ema(accuracy_ema: float | Float[Array, ""], outcomes: Int[Ar
   if not 0.0 <= decay < 1.0:
     raise ValueError(f"decay must be in [0, 1), got {decay}")
   grpo.check_outcomes(outcomes)
-  acc = (outcomes == CORRECT).mean().astype(jnp.float32)
+  valid = grpo.valid_groups(outcomes)
+  correct = ((outcomes == CORRECT) & valid[:, None]).sum()
+  counted = valid.sum() * np.shape(outcomes)[1]
+  acc = jnp.where(counted > 0, correct / jnp.maximum(counted, 1), jnp.nan).astype(jnp.float32)
   return decay * jnp.asarray(accuracy_ema, jnp.float32) + (1.0 - decay) * acc
 
 

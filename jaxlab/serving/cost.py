@@ -109,6 +109,10 @@ def crossover_share(model: LinearStepModel) -> float:
   MB's marginal token cost exceeds pure decode's only for r > r-dagger.
   Without a sign change on [0, 1] it returns 0.0 when MB's marginal cost is
   above beta_d everywhere and 1.0 when it is below everywhere.
+
+  Example:
+    >>> round(crossover_share(RTX_PRO_6000_QWEN3_8B_SHIPPED), 3)  # the paper: about 0.2
+    0.206
   """
   a, b, c = model.mb_a - model.beta_d, model.mb_b, model.mb_c
   f = lambda r: a + b * r + c * r * r
@@ -132,6 +136,12 @@ def refit_interference(model: LinearStepModel, target_share: float | int) -> Lin
 
   This is the spec's suggested refit: the shipped H200 coefficients give
   r-dagger = 0.365 while the paper states 0.8.
+
+  Example:
+    >>> round(crossover_share(H200_QWEN3_8B_SHIPPED), 3)
+    0.365
+    >>> round(crossover_share(refit_interference(H200_QWEN3_8B_SHIPPED, 0.8)), 3)
+    0.8
   """
   if not 0.0 < target_share <= 1.0:
     raise ValueError(f"target_share must lie in (0, 1], got {target_share!r}")
@@ -177,6 +187,11 @@ def fit_linear_model(samples: Sequence[StepSample], *, name: str = "fitted",
 
   Returns:
     (model, {"r2_prefill", "r2_decode", "r2_mixed"}).
+
+  Example:
+    >>> model, r2 = fit_linear_model(calibration_samples(RooflineModel(RTX_PRO_6000_SPEC)))
+    >>> sorted(r2), r2["r2_prefill"] > 0.99
+    (['r2_decode', 'r2_mixed', 'r2_prefill'], True)
   """
   pre = [(s.prefill_tokens, s.seconds) for s in samples if s.decode_tokens == 0 and s.prefill_tokens > 0]
   dec = [(s.decode_tokens, s.seconds) for s in samples if s.prefill_tokens == 0 and s.decode_tokens > 0]
@@ -272,6 +287,10 @@ def kv_capacity_tokens(hw: HardwareSpec, shape: ModelShape = QWEN3_8B_SHAPE, *,
   """KV-cache capacity in tokens: `(util * memory - weights - reserve) / kv_bytes_per_token`.
 
   jaxlab interpretation of how vLLM sizes its cache (gpu_memory_utilization=0.9).
+
+  Example:
+    >>> kv_capacity_tokens(RTX_PRO_6000_SPEC)  # Qwen3-8B in bf16 at 90% of 96 GB
+    474847
   """
   free = memory_utilization * hw.memory - shape.params * shape.bytes_per_param - reserve_bytes
   if free <= 0:
@@ -335,6 +354,11 @@ def calibration_samples(backend: RooflineModel, *, context: float | int = 512.0,
   Prefill steps are single prompts of each size; decode steps hold k requests
   at `context` tokens each; mixed steps hold k decodes plus one prefill chunk
   sized so the decode share is r.
+
+  Example:
+    >>> samples = calibration_samples(RooflineModel(H200_SPEC))
+    >>> len(samples), samples[0].prefill_tokens, samples[0].decode_tokens
+    (56, 256, 0)
   """
   out = []
   for n in prefill_sizes:
@@ -350,7 +374,13 @@ def calibration_samples(backend: RooflineModel, *, context: float | int = 512.0,
 
 def calibrate_roofline(backend: RooflineModel, *, context: float | int = 512.0,
                        name: str | None = None) -> LinearStepModel:
-  """Fits the linear model to a roofline backend's calibration sweep."""
+  """Fits the linear model to a roofline backend's calibration sweep.
+
+  Example:
+    >>> model = calibrate_roofline(RooflineModel(RTX_PRO_6000_SPEC))
+    >>> model.name, round(crossover_share(model), 3)
+    ('RTX PRO 6000 roofline (kappa=0)', 0.531)
+  """
   model, _ = fit_linear_model(calibration_samples(backend, context=context),
                               name=name or f"{backend.hw.name} roofline (kappa={backend.kappa:.3g})")
   return model

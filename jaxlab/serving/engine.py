@@ -162,7 +162,9 @@ _PROGRAMS: dict[tuple, Any] = {}
 class Engine:
   """The tiny engine: decoder parameters, slot KV cache and compiled step programs.
 
-  Build it with `Engine.create`. Attributes:
+  Build it with `Engine.create`.
+
+  Attributes:
     config: decoder config.
     params: decoder parameters.
     num_slots: server slots (rows of the KV cache).

@@ -157,7 +157,7 @@ def simulate(scheduler: Scheduler, backend: Backend,
     backend: step-time model, or a `StepExecutor` (the tiny engine) whose
       measured step times advance the clock.
     workload: a `Workload` (with `concurrency` and `num_requests`) or a sequence
-      of `Phase`s (non-stationary traffic: request i takes the workload of the
+      of `Phase` entries (non-stationary traffic: request i takes the workload of the
       phase its index falls in; the concurrency target follows the number of
       completions).
     concurrency: closed-loop concurrency c >= 1 (stationary workload only).

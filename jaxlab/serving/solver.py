@@ -49,6 +49,10 @@ def threshold_lhs(theta: float | int) -> float:
 
   It is 0 at theta=0, increasing on (0, 1) and tends to infinity at 1, so the
   equation `threshold_lhs(theta) = C` has one root for every C > 0.
+
+  Example:
+    >>> round(threshold_lhs(0.5), 4)  # 1 + ln(0.5)
+    0.3069
   """
   if not 0.0 <= theta < 1.0:
     raise ValueError(f"theta must lie in [0, 1), got {theta!r}")
@@ -65,6 +69,10 @@ def solve_threshold_equation(c: float | int, *, tol: float | int = 1e-13, max_it
 
   Returns:
     The root theta (for small c, theta is about sqrt(2c)).
+
+  Example:
+    >>> round(solve_threshold_equation(threshold_lhs(0.3)), 6)
+    0.3
   """
   _check_pos("c", c)
   lo, hi = 0.0, 1.0 - 1e-15
@@ -90,6 +98,11 @@ def theta_cfr(model: LinearStepModel, p0: float | int, *, exact: bool = True) ->
 
   Returns:
     theta_0 in (0, 1).
+
+  Example:
+    >>> from jaxlab.serving import cost
+    >>> round(theta_cfr(cost.H200_QWEN3_8B, 4.7e-4), 4)  # the code's decode-heavy anchor
+    0.0115
   """
   _check_prob("p0", p0)
   rate = -math.log1p(-p0) if exact else p0
@@ -110,6 +123,11 @@ def optimal_k_discrete(model: LinearStepModel, n: int, p: float | int) -> int:
 
   Returns:
     k* in [1, N].
+
+  Example:
+    >>> from jaxlab.serving import cost
+    >>> optimal_k_discrete(cost.H200_QWEN3_8B, 315, 4.7e-4)  # N = 315: refill 4 at a time
+    4
   """
   if not isinstance(n, (int, np.integer)) or n < 1:
     raise ValueError(f"n (batch size N) must be an int >= 1, got {n!r}")
@@ -143,6 +161,12 @@ def ifr_correction(theta0: float | int, p0: float | int, eta: float | int, model
 
   Returns:
     dtheta >= 0.
+
+  Example:
+    >>> from jaxlab.serving import cost
+    >>> m = cost.H200_QWEN3_8B
+    >>> round(ifr_correction(theta_cfr(m, 4.7e-4), 4.7e-4, 1e-7, m, 315), 5)  # a rising hazard
+    0.00677
   """
   if not 0.0 < theta0 < 1.0:
     raise ValueError(f"theta0 must lie in (0, 1), got {theta0!r}")
@@ -174,6 +198,12 @@ def estimate_hazard(lengths: Sequence[int] | np.ndarray, *, min_survivors: int =
 
   Returns:
     (p0, eta).
+
+  Example:
+    >>> lengths = np.random.default_rng(0).geometric(1 / 200, size=5000)  # constant hazard
+    >>> p0, eta = estimate_hazard(lengths)
+    >>> round(p0, 3), eta
+    (0.005, 0.0)
   """
   o = np.asarray(lengths)
   if o.ndim != 1 or o.size < 2:
@@ -216,10 +246,11 @@ def memory_safe_batch_size(theta: float | int, p0: float | int, mu_l: float | in
 
   `D(theta) = mu_L + (1-theta)/(theta p0) ln(1/(1-theta))` is the mean KV
   footprint per request over an EB cycle.
-    * form="clt" (the authors' code, used for the paper's results): largest N
-      with `N D + sigma sqrt(N ln(1/eps)) <= C`,
-      `sigma^2 = 2 L (1 + (p0 mu_L + L/theta)^2) / p0^2`, `L = -ln(1-theta)`.
-    * form="paper": `floor((C - nu ln(1/eps)) / D)`, `nu = 1/(p0^2 mu_L)`.
+
+  * form="clt" (the authors' code, used for the paper's results): largest N
+    with `N D + sigma sqrt(N ln(1/eps)) <= C`,
+    `sigma^2 = 2 L (1 + (p0 mu_L + L/theta)^2) / p0^2`, `L = -ln(1-theta)`.
+  * form="paper": `floor((C - nu ln(1/eps)) / D)`, `nu = 1/(p0^2 mu_L)`.
 
   Args:
     theta: threshold ratio in (0, 1).
@@ -232,6 +263,14 @@ def memory_safe_batch_size(theta: float | int, p0: float | int, mu_l: float | in
 
   Returns:
     N >= 1.
+
+  Example:
+    >>> from jaxlab.serving import cost
+    >>> theta0 = theta_cfr(cost.H200_QWEN3_8B, 4.7e-4)
+    >>> memory_safe_batch_size(theta0, 4.7e-4, 512, 500_000)  # the code's CLT form
+    184
+    >>> memory_safe_batch_size(theta0, 4.7e-4, 512, 500_000, form="paper")
+    174
   """
   if not 0.0 < theta < 1.0:
     raise ValueError(f"theta must lie in (0, 1), got {theta!r}")
@@ -294,6 +333,13 @@ def crossover(model: LinearStepModel, mu_l: float | int, mu_o: float | int, n: f
 
   Returns:
     A `Crossover`.
+
+  Example:
+    >>> from jaxlab.serving import cost
+    >>> m = cost.RTX_PRO_6000_QWEN3_8B
+    >>> theta0 = theta_cfr(m, 1 / 256)
+    >>> [crossover(m, 512, 256, n, theta0).eb_wins for n in (32, 1024)]  # concurrency N
+    [False, True]
   """
   _check_pos("mu_l", mu_l)
   _check_pos("mu_o", mu_o)

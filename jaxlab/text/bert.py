@@ -185,6 +185,11 @@ def mean_pool(hidden: Float[Array, "b t d"], mask: Int[Array, "b t"]) -> Float[A
 
   A row with no unmasked token gives zeros (the count is clamped at 1e-9, as in
   sentence-transformers), never NaN.
+
+  Example:
+    >>> hidden = jnp.arange(6.0).reshape(1, 3, 2)          # token states [1, 2], [3, 4], [5, 6]
+    >>> mean_pool(hidden, jnp.array([[1, 1, 0]])).tolist()  # the padded token is left out
+    [[1.0, 2.0]]
   """
   m = mask.astype(jnp.float32)[..., None]
   total = jnp.sum(hidden.astype(jnp.float32) * m, axis=1)
@@ -192,7 +197,12 @@ def mean_pool(hidden: Float[Array, "b t d"], mask: Int[Array, "b t"]) -> Float[A
 
 
 def l2_normalize(x: Float[Array, "b d"], eps: float = 1e-12) -> Float[Array, "b d"]:
-  """Rows scaled to unit L2 norm (norm clamped at `eps`, as torch's F.normalize)."""
+  """Rows scaled to unit L2 norm (norm clamped at `eps`, as torch's F.normalize).
+
+  Example:
+    >>> l2_normalize(jnp.array([[3.0, 4.0], [0.0, 0.0]])).tolist()  # a zero row stays zero
+    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+  """
   norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
   return x / jnp.maximum(norm, eps)
 

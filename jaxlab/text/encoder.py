@@ -154,6 +154,11 @@ def load_minilm(path: str | os.PathLike | None = None, *, max_length: int | None
       set-up step and the `path` argument.
     ValueError: the files describe a model this encoder does not implement
       (not BERT, not mean pooling).
+
+  Example:
+    >>> encoder = load_minilm(max_length=128)  # reads the files; encode() compiles on first use
+    >>> encoder.max_length, encoder.config.hidden_size, encoder.config.num_layers
+    (128, 384, 6)
   """
   model_dir = find_model_dir(path)
   config = BertConfig.from_hf(read_json(model_dir, "config.json"), dtype=dtype,

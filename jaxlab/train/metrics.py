@@ -1,15 +1,16 @@
-"""Metrics to `workdir/metrics.jsonl` and a progress bar that is quiet off a TTY."""
+"""Metrics to `workdir/metrics.jsonl`, and `progress` over an iterable."""
 
 import json
 import math
 import os
-import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
+
+from jaxlab.train.progress_display import Progress
 
 
 def _to_float(x: Any) -> float | None:
@@ -79,9 +80,16 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def progress(iterable: Iterable, *, total: int | None = None, desc: str = "", initial: int = 0):
-  """A tqdm bar on stderr, disabled off a terminal (CI, logs) and on processes other than 0."""
-  with warnings.catch_warnings():  # a kernel without ipywidgets: tqdm.auto falls back to text
-    warnings.filterwarnings("ignore", message="IProgress not found")
-    from tqdm.auto import tqdm
-  return tqdm(iterable, total=total, desc=desc, initial=initial, dynamic_ncols=True,
-              disable=not sys.stderr.isatty() or jax.process_index() != 0, leave=False)
+  """Yields `iterable`'s items while `jaxlab.train.progress_display.Progress` shows how far it got.
+
+  A bar on a terminal or in a notebook, periodic log lines elsewhere, nothing on
+  processes other than 0.
+
+  Example:
+    >>> [x for x in progress(range(3), total=3, desc="demo")]  # doctest: +SKIP
+    [0, 1, 2]
+  """
+  with Progress(total, desc=desc, initial=initial) as p:
+    for item in iterable:
+      yield item
+      p.update()

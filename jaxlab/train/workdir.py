@@ -15,20 +15,24 @@ and `train.checkpoint_every` (when state is saved; a resumed run is bitwise
 equal to an uninterrupted one). Everything else counts, including `mesh.*`
 (a different device layout can change float reduction order) and `preset`.
 
-`check_config` validates the config vocabulary shared by every experiment
-(`train.num_steps`, ...) before any work starts, so a bad value is a
-`ValueError` naming the config field, not an error deep inside optax.
+`check_config` validates every value of the config (`jaxlab.config_checks`:
+finite numbers, declared ranges such as `train.num_steps` >= 1) before any work
+starts, so a bad value is a `ValueError` naming the config field, not an error
+deep inside optax or a NaN that runs to plausible-looking results.
 """
 
 import hashlib
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 from jax.experimental import multihost_utils
+
+from jaxlab import config_checks
 
 NON_RESULT_FIELDS: tuple[str, ...] = ("train.log_every", "train.checkpoint_every")
 CONFIG_FILE, FINGERPRINT_FILE = "config.json", "fingerprint.json"
@@ -109,17 +113,61 @@ def _describe_diff(old: dict, new: dict, limit: int = 8) -> str:
   return "\n".join("  " + line for line in lines[:limit]) + more
 
 
+class _DamagedRecord(ValueError):
+  """The workdir's record of its config (fingerprint.json / config.json) cannot be read."""
+
+
+def _read_record(path: str, key: str | None) -> dict:
+  """The JSON object in `path` (its `key` entry when given); a damaged file names itself."""
+  try:
+    with open(path) as f:
+      record = json.load(f)
+    if key is not None:
+      record = record[key]
+    if not isinstance(record, dict):
+      raise TypeError(f"expected a JSON object, got {type(record).__name__}")
+  except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+    why = f"no {e} entry" if isinstance(e, KeyError) else str(e)
+    raise _DamagedRecord(f"{path} is damaged ({type(e).__name__}: {why})") from e
+  return record
+
+
 def _stored(workdir: str) -> dict | None:
-  """The fingerprinted config of the run recorded in `workdir`, else None."""
+  """The fingerprinted config of the run recorded in `workdir`, else None.
+
+  Raises:
+    _DamagedRecord: the record exists but cannot be read (e.g. a truncated file).
+  """
   path = os.path.join(workdir, FINGERPRINT_FILE)
   if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)["config"]
+    return _read_record(path, "config")
   legacy = os.path.join(workdir, CONFIG_FILE)  # workdirs from before fingerprints
   if os.path.exists(legacy):
-    with open(legacy) as f:
-      return _fingerprinted(json.load(f))
+    return _fingerprinted(_read_record(legacy, None))
   return None
+
+
+def check_workdir_path(workdir: str) -> None:
+  """Refuses a `workdir` that cannot be a run's directory: empty, or an existing non-directory.
+
+  Raises:
+    ValueError: naming the workdir and what is wrong with it.
+
+  Example:
+    >>> check_workdir_path("")
+    Traceback (most recent call last):
+    ...
+    ValueError: workdir must name a directory, got ''
+  """
+  if not isinstance(workdir, str) or not workdir.strip():
+    raise ValueError(f"workdir must name a directory, got {workdir!r}")
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"workdir {workdir} exists and is not a directory")
+  parent = os.path.dirname(os.path.abspath(workdir))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise ValueError(f"workdir {workdir} cannot be created: {parent} is not a directory")
 
 
 def _clear(workdir: str) -> None:
@@ -153,7 +201,10 @@ def check_or_write_fingerprint(workdir: str, config: Any, *, overwrite: bool = F
   Raises:
     WorkdirConfigError: the stored fingerprint differs (the message lists the
       fields that differ), or the workdir holds checkpoints/results with no
-      record of their config; and `overwrite` is False.
+      readable record of their config (a damaged fingerprint.json is named);
+      and `overwrite` is False. A damaged record in a workdir that holds no
+      run is written anew (with a `RuntimeWarning`).
+    ValueError: `workdir` is empty, or names a file (`check_workdir_path`).
 
   Example:
     >>> import tempfile
@@ -167,16 +218,26 @@ def check_or_write_fingerprint(workdir: str, config: Any, *, overwrite: bool = F
     ...   print(str(e).splitlines()[1])
       train.num_steps: 10 -> 20
   """
+  check_workdir_path(workdir)
   new = _fingerprinted(config)
   fingerprint = config_fingerprint(config)
-  old = _stored(workdir) if os.path.isdir(workdir) else None
-  problem = None
+  problem, damaged = None, None
+  try:
+    old = _stored(workdir) if os.path.isdir(workdir) else None
+  except _DamagedRecord as e:
+    old, damaged = None, str(e)
+  has_run = os.path.isdir(workdir) and any(
+      os.path.exists(os.path.join(workdir, a)) for a in _RUN_ARTIFACTS)
   if old is not None and config_fingerprint(old) != fingerprint:
     problem = (f"workdir {workdir} holds a run of a different config; fields that differ "
                f"(stored -> this run):\n{_describe_diff(old, new)}")
-  elif old is None and os.path.isdir(workdir) and any(
-      os.path.exists(os.path.join(workdir, a)) for a in _RUN_ARTIFACTS):
-    problem = f"workdir {workdir} holds a run (checkpoints or results) with no record of its config"
+  elif old is None and has_run:
+    problem = (f"{damaged}, so the run in workdir {workdir} has no readable record of its config"
+               if damaged else
+               f"workdir {workdir} holds a run (checkpoints or results) with no record of its config")
+  elif damaged:  # nothing was computed under the unreadable record: write it anew
+    warnings.warn(f"{damaged}; workdir {workdir} holds no run, so it is recorded anew",
+                  RuntimeWarning, stacklevel=2)
   if problem and not overwrite:
     raise WorkdirConfigError(
         f"{problem}\nRefusing to resume or report it as this config's run. Choose another "
@@ -197,29 +258,20 @@ def check_or_write_fingerprint(workdir: str, config: Any, *, overwrite: bool = F
 
 
 def check_config(config: Any) -> None:
-  """Validates the shared config vocabulary, naming the field in each error.
+  """Validates every value of `config` before any work, naming the field in each error.
 
-  Checks, where present: `train.num_steps`, `train.batch_size`,
-  `train.checkpoint_every`, `train.log_every` are integers >= 1;
-  `train.eval_every` is an integer >= 0; `seed` is an integer.
+  Every float is finite, and every field in `jaxlab.config_checks.RANGES` lies
+  in its range: among them the shared vocabulary (`train.num_steps`,
+  `train.batch_size`, `train.checkpoint_every`, `train.log_every` integers >= 1;
+  `train.eval_every` and seeds integers >= 0; learning rates > 0).
 
   Raises:
-    ValueError: a field is out of range or not an integer.
+    ValueError: one line naming the first bad field.
 
   Example:
     >>> check_config({"train": {"num_steps": 0}})
     Traceback (most recent call last):
     ...
-    ValueError: train.num_steps must be an integer >= 1, got 0
+    ValueError: config.train.num_steps must be an integer >= 1, got 0
   """
-  plain = _plain(config)
-  train = plain.get("train") if isinstance(plain.get("train"), dict) else {}
-  fields = [(f"train.{k}", train.get(k), 1) for k in
-            ("num_steps", "batch_size", "checkpoint_every", "log_every")]
-  fields += [("train.eval_every", train.get("eval_every"), 0), ("seed", plain.get("seed"), None)]
-  for name, value, low in fields:
-    if value is None:
-      continue
-    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
-      bound = f" >= {low}" if low is not None else ""
-      raise ValueError(f"{name} must be an integer{bound}, got {value!r}")
+  config_checks.check_config(config)

@@ -5,8 +5,12 @@
 * + source separation: every source is its own training view and L_inv ties the weights
   synthesized from different sources together (spec S1 + the invariance of S3);
 * full GA-ZSCE (reconstruction): + k-means groups with one residual head each (S2 routing),
-  per-group loss normalisation and the intra-group margin (S3).
+  per-group loss normalisation and the intra-group margin (S3). The number of groups is
+  discovered from the class semantics (`group_rule`, see `routing.estimate_num_groups`);
+  a fixed count is an explicit override, never the world's ground truth.
 Every arm trains on all (source, class) pairs, so the arms differ only in these terms.
+The world's true groups enter only the evaluation (within/between-group accuracy, the
+Rand index of the discovered grouping, chance levels), never the fit.
 
 `fit_and_evaluate` is pure and jittable (vmap it over seeds). Evaluation synthesizes the
 unseen weights from each source separately, rescales them to the mean norm of the seen
@@ -29,9 +33,12 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import optax
+from jaxtyping import Array, Float, Int
 
 from jaxlab.zeroshot import mapping, metrics, routing
 from jaxlab.zeroshot.world import World
+
+GROUP_RULES = ("fixed",) + routing.GROUP_RULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +46,21 @@ class ArmConfig:
   """One arm. jaxlab interpretation of the spec's [O] choices (all knobs).
 
   Attributes:
-    num_groups: k-means groups and residual heads (0 = one shared mapping).
+    num_groups: residual heads (0 = one shared mapping). With `group_rule="fixed"` every
+      head is a group; otherwise the largest group count considered.
+    group_rule: "fixed" (use `num_groups` groups), or a rule of
+      `routing.estimate_num_groups` ("silhouette", "eigengap") that picks the count in
+      [min_groups, num_groups] from the class semantics.
+    min_groups: smallest count a rule considers.
+    num_restarts: k-means seedings per count (the lowest inertia is kept).
     routing: "hard" or "soft" routing of a class to the heads.
     temperature: soft-routing temperature.
     loss: which loss terms to use.
   """
   num_groups: int = 0
+  group_rule: str = "fixed"
+  min_groups: int = 2
+  num_restarts: int = 1
   routing: str = "hard"
   temperature: float = 0.1
   loss: mapping.LossConfig = mapping.LossConfig()
@@ -80,15 +96,56 @@ def prepare_semantics(semantics: jax.Array) -> jax.Array:
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def class_routes(semantics: jax.Array, arm: ArmConfig, key: jax.Array, *,
-                 num_iters: int = 30) -> tuple[jax.Array, jax.Array]:
-  """(routing weights [c, k], hard cluster id [c]) from the source-mean semantics."""
+def class_routes(semantics: Float[Array, "m c s"], arm: ArmConfig, key: jax.Array, *,
+                 num_iters: int = 30) -> tuple[Float[Array, "c k"], Int[Array, " c"],
+                                               Int[Array, ""]]:
+  """Discovers the class groups from the source-mean semantics and routes to them.
+
+  Args:
+    semantics: prepared per-source class semantics (`prepare_semantics`), [m, c, s].
+    arm: the arm (its grouping fields).
+    key: PRNG key of the k-means seedings.
+    num_iters: Lloyd iterations.
+
+  Returns:
+    (routing weights [c, k] with k = max(arm.num_groups, 1), cluster id of each class [c],
+    the number of groups used).
+  """
+  if arm.group_rule not in GROUP_RULES:
+    raise ValueError(f"arm.group_rule must be one of {GROUP_RULES}, got {arm.group_rule!r}")
   c = semantics.shape[1]
   if arm.num_groups == 0:
-    return jnp.ones((c, 1)), jnp.zeros(c, jnp.int32)
+    return jnp.ones((c, 1)), jnp.zeros(c, jnp.int32), jnp.int32(1)
   mean = jnp.mean(semantics, 0)
-  assign, centers = routing.kmeans(mean, arm.num_groups, key, num_iters=num_iters)
-  return routing.route(mean, centers, routing=arm.routing, temperature=arm.temperature), assign
+  if arm.group_rule == "fixed":
+    count = jnp.int32(arm.num_groups)
+  else:
+    count, _ = routing.estimate_num_groups(
+        mean, key, max_groups=arm.num_groups, min_groups=arm.min_groups, rule=arm.group_rule,
+        num_iters=num_iters, num_restarts=arm.num_restarts)
+  assign, centers = routing.kmeans(mean, arm.num_groups, key, num_iters=num_iters,
+                                   num_active=count, num_restarts=arm.num_restarts)
+  routes = routing.route(mean, centers, routing=arm.routing, temperature=arm.temperature,
+                         num_active=count)
+  return routes, assign, count
+
+
+def group_count(world: World, arm: ArmConfig, train: TrainConfig,
+                key: jax.Array) -> Int[Array, ""]:
+  """The number of groups `fit_and_evaluate(world, arm, train, key)` uses (cheap: no fit).
+
+  Args:
+    world: one draw (arrays without a seed axis).
+    arm: the arm.
+    train: training settings (its k-means iterations).
+    key: the same PRNG key as given to `fit_and_evaluate`.
+
+  Returns:
+    The count (1 for the shared mapping).
+  """
+  _, k_route = jax.random.split(key)
+  sem = prepare_semantics(jnp.asarray(world.semantics))
+  return class_routes(sem, arm, k_route, num_iters=train.kmeans_iters)[2]
 
 
 def fit_and_evaluate(world: World, arm: ArmConfig, train: TrainConfig,
@@ -104,19 +161,25 @@ def fit_and_evaluate(world: World, arm: ArmConfig, train: TrainConfig,
   Returns:
     dict of scalars: s, u, H, T, within, between (unseen classes; means over sources),
     H_template_std and within_template_std (std over sources), weight_spread
-    (`metrics.template_spread` of the unseen weights), loss (final), cluster_rand_index
-    (pairwise Rand index of the routing's class grouping against the true groups).
+    (`metrics.template_spread` of the unseen weights), loss (final), num_groups_found
+    (the groups the arm discovered; 1 for the shared mapping), num_groups_true (the
+    world's, for scoring), cluster_rand_index
+    (pairwise Rand index of the routing's class grouping against the true groups), and
+    the world's chance levels `chance_<metric>` (`metrics.chance_levels`).
   """
   if arm.routing not in routing.ROUTINGS:
     raise ValueError(f"arm.routing must be one of {routing.ROUTINGS}, got {arm.routing!r}")
+  if arm.group_rule not in GROUP_RULES:
+    raise ValueError(f"arm.group_rule must be one of {GROUP_RULES}, got {arm.group_rule!r}")
   k_init, k_route = jax.random.split(key)
   sem = prepare_semantics(jnp.asarray(world.semantics))
   weights, seen = jnp.asarray(world.weights), jnp.asarray(world.seen)
-  routes, assign = class_routes(sem, arm, k_route, num_iters=train.kmeans_iters)
+  routes, assign, count = class_routes(sem, arm, k_route, num_iters=train.kmeans_iters)
   model = mapping.DualMapping(sem_dim=sem.shape[-1], weight_dim=weights.shape[-1],
                               latent_dim=train.latent_dim, hidden_dim=train.hidden_dim,
                               num_groups=arm.num_groups)
-  params = model.init(k_init, sem[0], weights, routes)
+  params = model.init(k_init, sem, jnp.broadcast_to(weights, sem.shape[:1] + weights.shape),
+                      routes)
   opt = optax.adam(train.learning_rate)
 
   def loss_fn(p):
@@ -131,7 +194,7 @@ def fit_and_evaluate(world: World, arm: ArmConfig, train: TrainConfig,
   (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), None,
                                      length=train.num_steps)
 
-  synth = jax.vmap(lambda a: model.apply(params, a, routes, method=model.synthesize))(sem)
+  synth = model.apply(params, sem, routes, method=model.synthesize)   # [m, c, w]
   seen_norm = jnp.sum(jnp.where(seen[:, None], jnp.linalg.norm(weights, axis=-1,
                                                               keepdims=True), 0.0))
   seen_norm = seen_norm / jnp.maximum(seen.sum(), 1)
@@ -162,5 +225,9 @@ def fit_and_evaluate(world: World, arm: ArmConfig, train: TrainConfig,
   same_found = assign[:, None] == assign[None, :]
   # Pairwise agreement (Rand index) of the discovered grouping with the true one.
   result["cluster_rand_index"] = jnp.mean(same_true == same_found)
+  result["num_groups_found"] = count
+  # Scoring context only (how many groups the world really has).
+  result["num_groups_true"] = jnp.sum(jnp.zeros(groups.shape[0]).at[groups].add(1.0) > 0)
+  result.update({f"chance_{k}": v for k, v in metrics.chance_levels(groups, seen).items()})
   return result
 

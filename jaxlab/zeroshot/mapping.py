@@ -73,27 +73,36 @@ class DualMapping(nn.Module):
                               (self.num_groups, self.latent_dim, self.weight_dim),
                               self.param_dtype)
 
-  def decode_weight(self, z: Float[Array, "n l"], r: Float[Array, "n k"]) -> Float[Array, "n w"]:
+  def decode_weight(self, z: Float[Array, "*b c l"], r: Float[Array, "c k"]
+                    ) -> Float[Array, "*b c w"]:
     w = self.dec_w(z)
     if self.num_groups:
-      if r.shape[-1] != self.num_groups:
-        raise ValueError(f"routing weights must be [n, {self.num_groups}], got {r.shape}")
+      if r.shape[-1] != self.num_groups or r.shape[0] != z.shape[-2]:
+        raise ValueError(f"routing weights must be [{z.shape[-2]}, {self.num_groups}], got "
+                         f"{r.shape}")
       heads = jnp.asarray(self.heads, self.dtype or z.dtype)
-      w = w + jnp.einsum("nk,nl,klw->nw", r.astype(z.dtype), jax.nn.relu(z), heads)
+      # Mix each class's head once ([c, l, w]), then apply it to every source's latent:
+      # c*k*l*w + b*c*l*w multiply-adds instead of b*c*k*l*w.
+      per_class = jnp.einsum("ck,klw->clw", r.astype(z.dtype), heads)
+      w = w + jnp.einsum("...cl,clw->...cw", jax.nn.relu(z), per_class)
     return w
 
-  def synthesize(self, a: Float[Array, "n s"], r: Float[Array, "n k"]) -> Float[Array, "n w"]:
+  def synthesize(self, a: Float[Array, "*b c s"], r: Float[Array, "c k"]
+                 ) -> Float[Array, "*b c w"]:
     """Classifier weights from semantics (the att -> weight path used at test time)."""
     if a.shape[-1] != self.sem_dim:
       raise ValueError(f"semantics must have last dim {self.sem_dim}, got {a.shape}")
     return self.decode_weight(self.enc_a(a), r)
 
-  def __call__(self, a: Float[Array, "n s"], w: Float[Array, "n w"],
-               r: Float[Array, "n k"]) -> dict[str, Float[Array, "n _"]]:
-    """The four ICIS reconstructions: att->att, weight->att, weight->weight, att->weight."""
+  def __call__(self, a: Float[Array, "*b c s"], w: Float[Array, "*b c w"],
+               r: Float[Array, "c k"]) -> dict[str, Float[Array, "*b c _"]]:
+    """The four ICIS reconstructions: att->att, weight->att, weight->weight, att->weight.
+
+    Leading axes of `a` and `w` (e.g. sources) share the classes' routing weights `r`.
+    """
     if a.shape[-1] != self.sem_dim or w.shape[-1] != self.weight_dim:
-      raise ValueError(f"expected semantics [n, {self.sem_dim}] and weights "
-                       f"[n, {self.weight_dim}], got {a.shape} and {w.shape}")
+      raise ValueError(f"expected semantics [..., c, {self.sem_dim}] and weights "
+                       f"[..., c, {self.weight_dim}], got {a.shape} and {w.shape}")
     za, zw = self.enc_a(a), self.enc_w(w)
     return dict(a2a=self.dec_a(za), w2a=self.dec_a(zw), w2w=self.decode_weight(zw, r),
                 a2w=self.decode_weight(za, r))
@@ -172,19 +181,17 @@ def mapping_loss(model: DualMapping, params, semantics: Float[Array, "m c s"],
   if weights.shape[0] != c or seen.shape != (c,) or routes.shape[0] != c:
     raise ValueError(f"weights [c, w], seen [c], routes [c, k] must have c = {c}; got "
                      f"{weights.shape}, {seen.shape}, {routes.shape}")
-  a = semantics.reshape(m * c, -1)
-  w = jnp.tile(weights, (m, 1))
-  r = jnp.tile(routes, (m, 1))
-  seen_n = jnp.tile(seen, m).astype(jnp.float32)
-  out = model.apply(params, a, w, r)
-  per = (cosine_distance(out["a2a"], a)
-         + seen_n * (cosine_distance(out["w2a"], a) + cosine_distance(out["w2w"], w)
-                     + cosine_distance(out["a2w"], w)))
+  w = jnp.broadcast_to(weights, (m,) + weights.shape)
+  seen_f = seen.astype(jnp.float32)
+  out = model.apply(params, semantics, w, routes)
+  per = (cosine_distance(out["a2a"], semantics)
+         + seen_f * (cosine_distance(out["w2a"], semantics) + cosine_distance(out["w2w"], w)
+                     + cosine_distance(out["a2w"], w)))                       # [m, c]
   if cfg.group_norm:
-    base = routing_lib.group_mean(per, r)
+    base = routing_lib.group_mean(per.reshape(-1), jnp.tile(routes, (m, 1)))
   else:
     base = jnp.mean(per)
-  pred = out["a2w"].reshape(m, c, -1)
+  pred = out["a2w"]
   terms = {"icis": base}
   loss = base
   if cfg.lam_inv:

@@ -7,6 +7,7 @@ dequantized weight tile never goes through shared memory, and the token
 dimension m is wgmma's N (a multiple of 8), so decode-sized batches waste no
 MMA rows. One block per (n tile, m tile); K is pipelined through SMEM by TMA
 (`plgpu.emit_pipeline`, two stages). Per K step of tk:
+
   * x arrives as `pair_major(x)` tiles [2, tk/32, tm, 16] (wgmma tiling, 32-byte
     swizzle): slab [h, p] holds the K columns that meet the low (h=0) or high
     (h=1) nibbles of packed columns 16p..16p+15, so no nibble interleave is
@@ -21,6 +22,7 @@ MMA rows. One block per (n tile, m tile); K is pipelined through SMEM by TMA
     dtype, which is exact (an E2M2 value times an E4M3 scale has <= 7
     significant bits and stays in bf16/f16 range); two wgmmas (low, high
     nibbles) accumulate into an f32 wgmma accumulator.
+
 The [tn, tm] f32 tile is stored through SMEM (TMA) into out^T; the caller
 transposes and applies the tensor scale (as the other variants, whose
 accumulator is scaled once at the end).

@@ -1,21 +1,27 @@
 """Public FP4 kernel API: fused NVFP4/MixFP4 quantize and dequant-matmul.
 
 Dispatch is `pallas_kernels._common.resolve` (tokamax style):
-`implementation=None` runs Mosaic TPU on TPU, the Pallas GPU variant on GPU
-and the XLA reference on CPU; "pallas" (or a variant by name) runs the kernel,
-interpreted on CPU; "xla" the reference. `interpret=True` asks for the kernel
-in interpret mode. `platform` picks the variant and compiler params when
-lowering for another platform than the default backend (e.g. "tpu" or "cuda"
-from a CPU machine).
+`implementation=None` runs Mosaic TPU on TPU, the Mosaic GPU kernel on GPU
+where it takes the input (else the XLA reference) and the XLA reference on
+CPU; "pallas" (or a variant by name) runs the kernel, interpreted on CPU;
+"xla" the reference. `interpret=True` asks for the kernel in interpret mode.
+`platform` picks the variant and compiler params when lowering for another
+platform than the default backend (e.g. "tpu" or "cuda" from a CPU machine);
+it never turns interpret mode on.
 
 Variants: quantize has Mosaic TPU and Triton (Mosaic GPU's lane lowering has
-no `floor`, which exact rounding needs); dequant-matmul has Mosaic TPU (grid
-(m, n, K) with an f32 VMEM accumulator, K "arbitrary"), Mosaic GPU (`mgpu.py`:
-Hopper wgmma, K pipelined through SMEM by TMA, weights decoded in registers,
-f32 wgmma accumulator) and Triton (K looped in the program). On GPU the default
-(`implementation=None` or "pallas") is Mosaic GPU for bfloat16/float16
-activations whose tiles it takes (`mgpu.check_tiles`), else Triton (float32
-activations, K < 256, ...); Triton stays available by name.
+no `floor`, which exact rounding needs), so on GPU its default is the XLA
+reference, which XLA fuses into one elementwise pass; Triton runs only when
+named. dequant-matmul has Mosaic TPU (grid (m, n, K) with an f32 VMEM
+accumulator, K "arbitrary"), Mosaic GPU (`mgpu.py`: Hopper wgmma, K pipelined
+through SMEM by TMA, weights decoded in registers, f32 wgmma accumulator),
+Triton (K looped in the program; by name only) and "scaled_matmul"
+(`jax.nn.scaled_matmul`: the weight's E2M1 codes and E4M3/E8M0 scale bytes
+handed to XLA's block-scaled dot as `float4_e2m1fn` / `float8_*` arrays, for
+NVFP4 and MXFP4 weights, where the installed jax lowers it for the platform).
+On GPU the default (`implementation=None`) is Mosaic GPU for bfloat16/float16
+activations whose tiles it takes (`mgpu.check_tiles`), else the XLA reference
+(float32 activations, K < 256, ...).
 """
 
 import dataclasses
@@ -33,7 +39,10 @@ from jaxlab import formats
 from pallas_kernels import _common, tuning
 from pallas_kernels.fp4 import kernel, mgpu, reference
 
-_FMTS = ("nvfp4", "mixfp4")
+_FMTS = ("nvfp4", "mixfp4")  # the Pallas kernels' formats: 16-blocks, E4M3 scale bytes
+# Weights `jax.nn.scaled_matmul` takes: E2M1 elements with E4M3 (NVFP4, 16-blocks) or E8M0
+# (MXFP4, 32-blocks) scale bytes. MixFP4's E1M2 blocks have no block-scaled dtype.
+_SCALED_FMTS = {"nvfp4": jnp.float8_e4m3fn, "mxfp4": jnp.float8_e8m0fnu}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +86,10 @@ TUNING_OP = "fp4_dequant_matmul"
 QUANTIZE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
 # Preference order within a platform. Mosaic GPU (Hopper wgmma) is the GPU default when x is
 # 16-bit and the tiles fit it (`mgpu.check_tiles`); otherwise (float32 x, or tiles Mosaic GPU
-# cannot take) the default is Triton, and asking for "mosaic_gpu" by name raises the constraint.
-MATMUL_VARIANTS = (_common.MOSAIC_TPU, _common.MOSAIC_GPU, _common.TRITON)
+# cannot take) the default is the XLA reference, and asking for "pallas" or "mosaic_gpu"
+# raises the constraint. Triton and `jax.nn.scaled_matmul` run only when named.
+MATMUL_VARIANTS = (_common.MOSAIC_TPU, _common.MOSAIC_GPU, _common.TRITON,
+                   _common.SCALED_MATMUL)
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "select_p", "block", "backend"))
@@ -113,10 +124,13 @@ def quantize(x: Float[Array, "m k"], fmt: str = "nvfp4", *, select_p: float = 2.
     fmt: "nvfp4" or "mixfp4".
     select_p: MixFP4 selector norm (see `jaxlab.formats.make_format`).
     block: tile sizes.
-    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
-      "triton" or "xla" (`pallas_kernels._common`).
-    interpret: True runs the kernel in interpret mode; None = only on CPU.
-    platform: target for variant and compiler params (None = default backend).
+    implementation: None (best backend: Mosaic TPU on TPU, else XLA), "pallas",
+      "mosaic_tpu", "triton" (deprecated; by name only) or "xla"
+      (`pallas_kernels._common`).
+    interpret: True runs the kernel in interpret mode; None = only when it runs
+      on this host's CPU.
+    platform: target for variant and compiler params (None = default backend);
+      it never turns interpret mode on.
 
   Returns:
     A `jaxlab.formats.QArray` (codes [m, k/2], scales [m, k/16], axis=1).
@@ -232,6 +246,68 @@ def _dequant_matmul_tiles(x, codes, scales, s_dec, bm, bn, bk, backend):
 _dequant_matmul_xla = jax.jit(reference.dequant_matmul_reference)
 
 
+def _scaled_matmul_operands(x, wq):
+  """`jax.nn.scaled_matmul`'s operands for x @ dequantize(wq) / S_dec.
+
+  The weight [n, k] as `float4_e2m1fn` elements (jaxlab's E2M1 nibbles have the
+  same bits) with its scale bytes as `float8_e4m3fn` (NVFP4) or
+  `float8_e8m0fnu` (MXFP4); x keeps its dtype and gets unit block scales, so
+  the product is W4A16 like every other implementation of `dequant_matmul`.
+  """
+  k, n = wq.shape
+  scale_dtype = _SCALED_FMTS[wq.fmt.name]
+  nibbles = formats.unpack_nibbles(wq.codes).reshape(n, k)
+  w = jax.lax.bitcast_convert_type(nibbles.astype(jnp.uint4), jnp.float4_e2m1fn)
+  w_scales = jax.lax.bitcast_convert_type(wq.scales, scale_dtype)
+  x_scales = jnp.ones((x.shape[0], w_scales.shape[1]), scale_dtype)
+  return x[None], w[None], x_scales[None], w_scales[None]
+
+
+@jax.jit
+def _dequant_matmul_scaled(x, wq):
+  out = jax.nn.scaled_matmul(*_scaled_matmul_operands(x, wq), preferred_element_type=jnp.float32)
+  return out[0] * wq.tensor_scale  # S_dec (1 for MXFP4), once per output as in the kernels
+
+
+def _lowering_platform(platform: str | None) -> str | None:
+  if platform in (None, "cpu", "tpu", "cuda", "rocm"):
+    return platform
+  return "cuda"  # "gpu"
+
+
+@functools.cache
+def scaled_matmul_available(platform: str | None = None) -> bool:
+  """Whether the installed jax lowers `jax.nn.scaled_matmul` for `platform`.
+
+  jax 0.10 lowers it for CUDA and ROCm only; 0.12 adds a CPU lowering (a
+  dequantize and a dot). The answer comes from lowering a tiny NVFP4 product.
+
+  Args:
+    platform: "cpu", "tpu", "cuda", "rocm", "gpu" (= "cuda"), or None (the
+      default backend).
+
+  Returns:
+    True when `dequant_matmul(..., implementation="scaled_matmul")` can be
+    lowered for `platform`.
+
+  Example:
+    >>> scaled_matmul_available("cuda")
+    True
+  """
+  _common.platform_kind(platform)  # validates the name
+  if not hasattr(jax.nn, "scaled_matmul"):
+    return False
+  wq = jax.eval_shape(lambda: formats.quantize(jnp.ones((32, 16)), "nvfp4", axis=0))
+  x = jax.ShapeDtypeStruct((8, 32), jnp.float32)
+  target = _lowering_platform(platform)
+  try:
+    jax.jit(_dequant_matmul_scaled).trace(x, wq).lower(
+        **({} if target is None else {"lowering_platforms": (target,)}))
+  except NotImplementedError:  # no lowering rule of the primitive for this platform
+    return False
+  return True
+
+
 def _zero_cotangent(a):
   if jnp.issubdtype(a.dtype, jnp.floating):
     return jnp.zeros_like(a)
@@ -240,6 +316,8 @@ def _zero_cotangent(a):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _dequant_matmul(x, wq, block, backend):
+  if backend.kind == _common.SCALED_MATMUL:
+    return _dequant_matmul_scaled(x, wq)
   return _dequant_matmul_pallas(x, wq.codes, wq.scales, wq.tensor_scale, block=block,
                                 backend=backend)
 
@@ -269,23 +347,31 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     x: [m, k] activations.
     wq: an NVFP4 or MixFP4 `QArray` of a [k, n] weight quantized along axis 0
       (`jaxlab.formats.quantize(w, fmt, axis=0)`): codes [n, k/2], scales [n, k/16].
+      An MXFP4 weight (32-blocks, E8M0 scales) is taken by "xla" and
+      "scaled_matmul" (and `implementation=None`, which is XLA for it).
     block: tile sizes (m is clipped to the rows and x zero-padded to a multiple of it;
       n divides N; k a multiple of 16 dividing K). None: the
       active tuning table's entry for ("fp4_dequant_matmul", (m, k, n), x.dtype, device)
       (`pallas_kernels.tuning`), else `MatmulBlockSizes()`.
-    implementation: None (best backend: XLA on CPU; on GPU Mosaic GPU where it
-      fits, else Triton), "pallas", "mosaic_tpu", "mosaic_gpu", "triton" or
-      "xla" (`reference.dequant_matmul_reference`).
+    implementation: None (best backend: Mosaic TPU on TPU; on GPU Mosaic GPU
+      where it fits, else XLA; XLA on CPU), "pallas", "mosaic_tpu",
+      "mosaic_gpu", "triton" (deprecated; by name only), "scaled_matmul"
+      (`jax.nn.scaled_matmul`, NVFP4/MXFP4, where `scaled_matmul_available`)
+      or "xla" (`reference.dequant_matmul_reference`).
     interpret: True runs the kernel in interpret mode (Mosaic GPU: the GPU
-      interpreter, `InterpretGPUParams`); None = only on CPU.
-    platform: target for variant and compiler params.
+      interpreter, `InterpretGPUParams`); None = only when it runs on this
+      host's CPU.
+    platform: target for variant and compiler params; it never turns
+      interpret mode on.
 
   Returns:
     [m, n] float32. Gradient w.r.t. x through the reference (custom_vjp).
 
   Raises:
-    ValueError: bad shapes or formats; with implementation="mosaic_gpu", x not
-      bfloat16/float16 or tiles it cannot take (`MatmulBlockSizes`).
+    ValueError: bad shapes or formats; with implementation="pallas" on GPU or
+      "mosaic_gpu", x not bfloat16/float16 or tiles it cannot take
+      (`MatmulBlockSizes`); "scaled_matmul" for a MixFP4 weight or a platform
+      the installed jax does not lower it for.
 
   Example:
     >>> import jax
@@ -295,24 +381,38 @@ def dequant_matmul(x: Float[Array, "m k"], wq: formats.QArray, *,
     >>> dequant_matmul(x, formats.quantize(w, "nvfp4", axis=0)).shape
     (16, 32)
   """
-  if not isinstance(wq, formats.QArray) or wq.fmt.name not in _FMTS:
-    raise ValueError("wq must be an nvfp4 or mixfp4 QArray")
-  if len(wq.shape) != 2 or wq.axis != 0 or wq.block_size != kernel.BLOCK:
-    raise ValueError(f"wq must be a [k, n] weight quantized along axis 0 in 16-blocks; got shape "
-                     f"{wq.shape}, axis {wq.axis}, block {wq.block_size}")
+  if not isinstance(wq, formats.QArray) or wq.fmt.name not in (*_FMTS, *_SCALED_FMTS):
+    raise ValueError("wq must be an nvfp4, mixfp4 or mxfp4 QArray")
+  if len(wq.shape) != 2 or wq.axis != 0 or wq.shape[0] % wq.block_size:
+    raise ValueError(f"wq must be a [k, n] weight quantized along axis 0 in whole blocks; got "
+                     f"shape {wq.shape}, axis {wq.axis}, block {wq.block_size}")
   if x.ndim != 2 or x.shape[1] != wq.shape[0]:
     raise ValueError(f"x must be [m, {wq.shape[0]}], got {x.shape}")
-  if wq.shape[0] % kernel.BLOCK:
-    raise ValueError(f"k={wq.shape[0]} must be a multiple of {kernel.BLOCK} (no padded weights)")
+  if wq.fmt.name in _FMTS and wq.block_size != kernel.BLOCK:
+    raise ValueError(f"wq must have {kernel.BLOCK}-blocks, got {wq.block_size}")
+  if implementation is None and wq.fmt.name not in _FMTS:
+    return _dequant_matmul_xla(x, wq)  # no Pallas kernel takes MXFP4: the reference
   backend = _common.resolve("dequant_matmul", implementation, interpret=interpret,
                             platform=platform, variants=MATMUL_VARIANTS)
   if backend.is_xla:
     return _dequant_matmul_xla(x, wq)
+  if backend.kind == _common.SCALED_MATMUL:
+    if wq.fmt.name not in _SCALED_FMTS:
+      raise ValueError(f"dequant_matmul: implementation 'scaled_matmul' takes nvfp4 or mxfp4 "
+                       f"weights (E2M1 blocks), got {wq.fmt.name}")
+    if not scaled_matmul_available(platform):
+      raise ValueError(f"dequant_matmul: jax {jax.__version__} does not lower "
+                       f"jax.nn.scaled_matmul for platform "
+                       f"{platform or jax.default_backend()!r}")
+    return _dequant_matmul(x, wq, None, backend)
+  if wq.fmt.name not in _FMTS:
+    raise ValueError(f"dequant_matmul: the Pallas kernels take nvfp4 or mixfp4 weights, got "
+                     f"{wq.fmt.name}; use 'xla' or 'scaled_matmul'")
   if block is None:
     tuned = tuning.lookup(TUNING_OP, (x.shape[0], x.shape[1], wq.shape[1]), x.dtype, platform)
     block = MatmulBlockSizes() if tuned is None else MatmulBlockSizes(
         tuned.block_m, tuned.block_n, tuned.block_k)
-  if (backend.kind == _common.MOSAIC_GPU and implementation != _common.MOSAIC_GPU
+  if (backend.kind == _common.MOSAIC_GPU and implementation is None
       and not _mgpu_fits(x.shape[0], x.shape[1], wq.shape[1], block, x.dtype)):
-    backend = dataclasses.replace(backend, kind=_common.TRITON)  # the GPU default's fallback
+    return _dequant_matmul_xla(x, wq)  # the GPU default's fallback: never Triton
   return _dequant_matmul(x, wq, block, backend)

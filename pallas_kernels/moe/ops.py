@@ -1,17 +1,20 @@
 """Public MoE kernel API: megablox-style grouped matmul and the routing kernel.
 
 Dispatch is `pallas_kernels._common.resolve` (tokamax style):
-`implementation=None` runs Mosaic TPU on TPU, the Pallas GPU variant on GPU
-and the XLA reference on CPU; "pallas" (or a variant by name) runs the kernel,
-interpreted on CPU; "xla" the reference. `interpret=True` asks for the kernel
-in interpret mode. `platform` picks the variant and compiler params when
-lowering for another platform than the default backend ("tpu": the
-scalar-prefetch kernel; "cuda"/"rocm"/"gpu": the GPU variant; None: the default
-backend, and the CPU interpreter runs the TPU variant).
+`implementation=None` runs Mosaic TPU on TPU, the Mosaic GPU kernel on GPU
+where there is one for the input (else the XLA reference) and the XLA
+reference on CPU; "pallas" (or a variant by name) runs the kernel, interpreted
+on CPU; "xla" the reference. `interpret=True` asks for the kernel in interpret
+mode. `platform` picks the variant and compiler params when lowering for
+another platform than the default backend ("tpu": the scalar-prefetch kernel;
+"cuda"/"rocm"/"gpu": the GPU variant; None: the default backend, and the CPU
+interpreter runs the TPU variant); it never turns interpret mode on.
 
 Variants: gmm has Mosaic TPU, Mosaic GPU (`mgpu.py`, the GPU default for
-bfloat16/float16 operands; Hopper wgmma) and Triton (the GPU default for
-float32); route has Mosaic TPU and Triton.
+bfloat16/float16 operands whose tiles it takes; Hopper wgmma) and Triton;
+route has Mosaic TPU and Triton. Triton is deprecated by JAX and runs only when
+named, so on GPU float32 gmm and route default to the XLA reference
+(`jax.lax.ragged_dot`, and the jnp router).
 """
 
 import dataclasses
@@ -30,7 +33,7 @@ from pallas_kernels.moe import kernel, mgpu, reference
 # The op name of gmm in tuning tables; its shape key is (m, k, n, g).
 TUNING_OP = "gmm"
 GMM_VARIANTS = (_common.MOSAIC_TPU, _common.MOSAIC_GPU, _common.TRITON)
-# Mosaic GPU's wgmma takes 16-bit operands (one dtype) here; others use Triton on GPU.
+# Mosaic GPU's wgmma takes 16-bit operands (one dtype) here; others use XLA on GPU.
 GMM_VARIANTS_F32 = (_common.MOSAIC_TPU, _common.TRITON)
 ROUTE_VARIANTS = (_common.MOSAIC_TPU, _common.TRITON)
 
@@ -180,14 +183,21 @@ def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[A
     block: tiles (`GmmBlockSizes`). None: the active tuning table's entry for
       ("gmm", (m, k, n, g), lhs.dtype, device) (`pallas_kernels.tuning`), else
       `GmmBlockSizes()`.
-    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
-      "triton", "mosaic_gpu" or "xla" (the reference).
-    interpret: True runs the kernel in interpret mode; None = only on CPU.
+    implementation: None (best backend: Mosaic TPU on TPU; on GPU Mosaic GPU
+      for 16-bit operands whose tiles it takes, else XLA; XLA on CPU),
+      "pallas", "mosaic_tpu", "mosaic_gpu", "triton" (deprecated; by name
+      only) or "xla" (the reference).
+    interpret: True runs the kernel in interpret mode; None = only when it
+      runs on this host's CPU.
     platform: kernel variant / compiler params (see module docstring).
 
   Returns:
     [m, n] float32. The gradient (w.r.t. lhs and rhs) is the reference's
     (custom_vjp).
+
+  Raises:
+    ValueError: bad shapes; "pallas" on GPU for float32 operands (no Mosaic
+      GPU kernel; Triton only by name) or tiles Mosaic GPU cannot take.
 
   Example:
     >>> import jax.numpy as jnp
@@ -210,6 +220,12 @@ def gmm(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"], group_sizes: Int[A
                           platform)
     block = GmmBlockSizes() if tuned is None else GmmBlockSizes(
         m=tuned.block_m, k=tuned.block_k, n=tuned.block_n)
+  if backend.kind == _common.MOSAIC_GPU and implementation is None:
+    tiles = _tiles(lhs, rhs, block)  # a malformed block still raises
+    try:
+      mgpu.check_tiles(*tiles, lhs.dtype)
+    except ValueError:  # tiles Mosaic GPU cannot take: the reference, never Triton
+      return reference.gmm_reference(lhs, rhs, group_sizes)
   return _gmm(lhs, rhs, group_sizes.astype(jnp.int32), block, backend)
 
 
@@ -246,9 +262,11 @@ def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None =
   Args:
     logits: [b, N] router logits (one batch).
     routing, k, k0, p, max_p: as `jaxlab.moe.route`.
-    implementation: None (best backend: XLA on CPU), "pallas", "mosaic_tpu",
-      "triton" or "xla" (the reference).
-    interpret: True runs the kernel in interpret mode; None = only on CPU.
+    implementation: None (best backend: Mosaic TPU on TPU, else XLA),
+      "pallas" (no GPU kernel: raises on GPU), "mosaic_tpu", "triton"
+      (deprecated; by name only) or "xla" (the reference).
+    interpret: True runs the kernel in interpret mode; None = only when it
+      runs on this host's CPU.
     platform: kernel variant / compiler params (see module docstring).
 
   Returns:

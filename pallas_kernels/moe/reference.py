@@ -19,11 +19,13 @@ the chosen set (Qwen3 `norm_topk_prob=True`; OEA paper Eq. 1).
 Non-finite rule (every router, and so the MoE layer). A logit row is
 *non-finite* when it holds a NaN or a +Inf, or when all its logits are -Inf:
 its softmax is undefined. Such a token is its own problem and nobody else's:
+
   * it selects no expert (an all-False mask row), so it adds nothing to the
     batch's active experts T and nothing to OEA's union of base experts, and
     every other token's mask and weights are those of the batch without it;
   * its weights are NaN (the whole row), so whatever the caller combines with
     them (the MoE layer's output for that token) is NaN, never a silent zero.
+
 A -Inf logit in an otherwise finite row is an ordinary "probability 0" expert.
 OEA padding rows (`valid=False`) get an empty mask and zero weights, whether
 finite or not.
@@ -54,7 +56,14 @@ ROUTINGS = ("topk", "pruned", "oea")
 
 def gmm_reference(lhs: Float[Array, "m k"], rhs: Float[Array, "g k n"],
                   group_sizes: Int[Array, "g"]) -> Float[Array, "m n"]:
-  """`ragged_dot(lhs, rhs, group_sizes)` in float32 at HIGHEST precision."""
+  """`ragged_dot(lhs, rhs, group_sizes)` in float32 at HIGHEST precision.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> lhs, rhs = jnp.ones((3, 4)), jnp.stack([jnp.ones((4, 2)), 2 * jnp.ones((4, 2))])
+    >>> gmm_reference(lhs, rhs, jnp.array([1, 2])).tolist()  # row 0: group 0; rows 1-2: group 1
+    [[4.0, 4.0], [8.0, 8.0], [8.0, 8.0]]
+  """
   return jax.lax.ragged_dot(lhs, rhs, group_sizes.astype(jnp.int32),
                             precision=jax.lax.Precision.HIGHEST,
                             preferred_element_type=jnp.float32)
@@ -91,6 +100,12 @@ def router_probs(logits: Float[Array, "b n"]) -> tuple[Float[Array, "b n"], Bool
 
   Zeroing keeps the NaNs out of the ranks (a NaN compares False with
   everything); the routers drop the flagged rows from every mask.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> probs, bad = router_probs(jnp.array([[0.0, 0.0], [jnp.nan, 0.0]]))
+    >>> probs.tolist(), bad.tolist()
+    ([[0.5, 0.5], [0.0, 0.0]], [False, True])
   """
   bad = nonfinite_rows(logits)
   probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
@@ -102,6 +117,11 @@ def expert_ranks(probs: Float[Array, "b n"]) -> Int[Array, "b n"]:
 
   O(b * N^2) pairwise comparisons instead of a sort (N is at most a few
   hundred for MoE routers).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> expert_ranks(jnp.array([[0.2, 0.5, 0.2, 0.1]])).tolist()  # the tie goes to expert 0
+    [[1, 0, 2, 3]]
   """
   n = probs.shape[-1]
   idx = jnp.arange(n)
@@ -111,7 +131,13 @@ def expert_ranks(probs: Float[Array, "b n"]) -> Int[Array, "b n"]:
 
 
 def renormalize(probs: Float[Array, "b n"], mask: Bool[Array, "b n"]) -> Float[Array, "b n"]:
-  """`probs * mask / sum(probs * mask)`; all-zero rows stay zero (never NaN)."""
+  """`probs * mask / sum(probs * mask)`; all-zero rows stay zero (never NaN).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> renormalize(jnp.array([[0.5, 0.3, 0.2]]), jnp.array([[True, False, True]])).tolist()
+    [[0.7142857313156128, 0.0, 0.2857142984867096]]
+  """
   w = jnp.where(mask, probs, 0.0).astype(jnp.float32)
   total = w.sum(-1, keepdims=True)
   return jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), 0.0)
@@ -154,6 +180,12 @@ def pruned_topk_route(logits: Float[Array, "b n"], k0: int) -> tuple[Bool[Array,
 
   The baseline OEA is compared against (same T reduction, no piggybacking).
   Identical to `topk_route(logits, k0)`, non-finite rule included.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> mask, w = pruned_topk_route(jnp.log(jnp.array([[0.5, 0.3, 0.2]])), k0=1)
+    >>> mask.tolist(), w.tolist()
+    ([[True, False, False]], [[1.0, 0.0, 0.0]])
   """
   _check_logits(logits)
   _check_k("k0", k0, logits.shape[-1], "num_experts")
@@ -173,7 +205,7 @@ def oea_route(logits: Float[Array, "b n"], *, k0: int, k_max: int, p: float = 1.
      (p >= 1 means no top-p cut: n_i = k0).
   2. Piggyback: each token adds, in rank order among its ranks < max_p, the
      experts that are in the batch's union of base experts, while it has fewer
-     than k_max experts ("add only while |S_i| < k_max", the spec's reading of
+     than k_max experts ("add only while `|S_i| < k_max`", the spec's reading of
      the printed `if |S_i| > k: break`).
   3. Weights: router probabilities renormalized over the final set.
 
@@ -246,6 +278,12 @@ def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None =
 
   "pruned" keeps the top-k0; "oea" routes with `oea_route(k0=k0, k_max=k, p, max_p)`.
   Non-finite logit rows follow the module's rule.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> logits = jnp.log(jnp.array([[0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.3, 0.5]]))
+    >>> [int(route(logits, routing=r, k=2, k0=1)[0].sum()) for r in ("topk", "pruned", "oea")]
+    [4, 2, 4]
   """
   if routing not in ROUTINGS:
     raise ValueError(f"routing must be 'topk', 'pruned' or 'oea', got {routing!r}")
@@ -261,10 +299,23 @@ def route(logits: Float[Array, "b n"], *, routing: str, k: int, k0: int | None =
 def route_reference(logits: Float[Array, "b n"], *, routing_name: str, k: int,
                     k0: int | None = None, p: float = 1.0, max_p: int | None = None
                     ) -> tuple[Bool[Array, "b n"], Float[Array, "b n"]]:
-  """`route` ("topk", "pruned" or "oea" over the whole batch); the kernel's spec."""
+  """`route` ("topk", "pruned" or "oea" over the whole batch); the kernel's spec.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> mask, _ = route_reference(jnp.zeros((2, 4)), routing_name="topk", k=2)
+    >>> mask.sum(-1).tolist()
+    [2, 2]
+  """
   return route(logits, routing=routing_name, k=k, k0=k0, p=p, max_p=max_p)
 
 
 def num_active_experts(mask: Bool[Array, "b n"]) -> Int[Array, ""]:
-  """T: distinct experts used by at least one token of the batch."""
+  """T: distinct experts used by at least one token of the batch.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> int(num_active_experts(jnp.array([[True, False, False], [True, True, False]])))
+    2
+  """
   return mask.any(axis=0).sum().astype(jnp.int32)

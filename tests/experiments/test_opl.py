@@ -32,9 +32,20 @@ def test_smoke_run_writes_table_and_resumes(smoke):
     assert cell["ssc"]["mean"] is None if arm == "none" else 0.0 <= cell["ssc"]["mean"] <= 1.0
   # No projection: the scores with and without projections are the same, ARD = 0.
   assert on_disk["table"]["none"]["ard"]["mean"] == pytest.approx(0.0, abs=1e-9)
+  # The row at each reading of the face-anomaly coupling, the default's being the row's; the
+  # other reading reran only the primary criteria's arms.
+  readings = report["interpretations"]
+  assert [(i["knob"], i["reading"], i["default"]) for i in readings] == [
+      ("world.face_coupling", "risk_difference", True), ("world.face_coupling", "phi", False)]
+  assert readings[0]["verdict"] == report["verdict"]
+  assert all(i["verdict"] in VERDICTS and "opl_probe_weaker" in i["mechanism_effect"]
+             for i in readings)
+  assert set(on_disk["face_coupling_tables"]["phi"]) == set(opl.primary_arms(config))
+  assert "At world.face_coupling=phi (P(face | anomalous) 0.99 vs 0.45" in report["details"]
   # A second run loads every arm from the arm cache and reports the same table.
   again = opl.run(config, workdir)
   assert again["table"] == read_results(workdir)["table"] == on_disk["table"]
+  assert read_results(workdir)["report"]["interpretations"] == report["interpretations"]
 
 
 def test_arm_table_expands_families_over_k_and_lambda():
@@ -96,6 +107,26 @@ def _measured(gopl_vs_rest: float, noise: float, seeds: int = 3) -> dict:
       "auc_kept": (0.9 - 0.01 + gopl_vs_rest + j(), np.full(seeds, 0.9) + j()),
       "opl_probe_weaker": (np.full(seeds, 0.75) - gopl_vs_rest + j(), np.full(seeds, 0.95) + j()),
   }
+
+
+def test_face_coupling_default_and_bad_readings():
+  config = opl_config.get_config("quick")
+  assert opl.world_config(config).face_coupling == "risk_difference"
+  assert opl.coupling_readings(config) == ["risk_difference", "phi"]
+  config.opl.face_coupling_readings = ("phi", "odds_ratio")
+  with pytest.raises(ValueError, match="face_coupling"):
+    opl.coupling_readings(config)
+
+
+def test_auc_kept_has_no_signal_when_the_detector_is_at_chance():
+  config = opl_config.get_config("quick")
+  measured = _measured(0.2, noise=0.005)
+  # Neither detector ranks anomalies: "keeping" the AUC of a detector at chance shows nothing.
+  measured["auc_kept"] = (np.array([0.52, 0.49, 0.50]), np.array([0.51, 0.50, 0.52]))
+  row, results = judge_all(config.criteria, measured)
+  by_name = {r.name: r for r in results}
+  assert by_name["auc_kept"].verdict == "no signal" and by_name["auc_kept"].signal is False
+  assert row == "partly held"  # the probe criteria (one of them the mechanism) held
 
 
 def test_criteria_fail_when_gopl_clearly_loses_and_are_inconclusive_in_noise():

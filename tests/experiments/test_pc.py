@@ -36,6 +36,9 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
     # The certified bracket is ordered and contains the trivial bound log f (Z <= 1).
     lo, hi = np.array(row["vt_lower"]["per_seed"]), np.array(row["vt_upper"]["per_seed"])
     assert np.all(lo <= hi) and np.all(lo >= np.array(row["vt_log_f"]["per_seed"]) - 1e-5)
+    # ... and it contains the LL normalised by the independent strip quadrature.
+    quad = np.array(row["vt_quad"]["per_seed"])
+    assert np.all(lo <= quad + 1e-4) and np.all(quad <= hi + 1e-4), (lo, quad, hi)
     # At capacity_high_dim (fewer boxes than the table's capacity) the bracket is no tighter.
     vt = on_disk["per_dataset"][d]["models"]["vt"]
     assert np.all(np.asarray(vt["gap_at_capacity_high_dim"]) >= hi - lo - 1e-5)
@@ -61,33 +64,98 @@ def test_pc_uses_optimizer_learning_rate(monkeypatch):
 
 
 def _per_ds(vt_minus_base: float, hfv_minus_base: float, high_gap: float, seeds: int = 3,
-            noise: float = 0.005) -> dict:
-  """Fabricated per-data-set results with the given effects, in `run_dataset`'s layout."""
+            noise: float = 0.005, base_over_gaussian: float = 0.8, violation: float = 0.0,
+            tightening: float = 10.0) -> dict:
+  """Fabricated per-data-set results with the given effects, in `run_dataset`'s layout.
+
+  The base circuit beats a Gaussian fit by `base_over_gaussian` nats; the VT bracket's
+  gap shrinks by `tightening` over the bisection steps, and the quadrature log Z lies
+  `violation` nats above log Z+ (0: inside the bracket).
+  """
   rng = np.random.default_rng(0)
   out = {}
   for d, dim in [("moons", 2), ("pinwheel", 2), ("wine", 13)]:
     base = -2.0 + noise * rng.standard_normal(seeds)
     lower = base + vt_minus_base + noise * rng.standard_normal(seeds)
     gap = (high_gap if dim > 2 else 1.0) + noise * rng.standard_normal(seeds)
-    out[d] = dict(num_vars=dim, models=dict(
+    log_f = lower - 0.1  # log Z+ = -0.1
+    steps = np.linspace(1.0, 1.0 / tightening, 5)  # the gap's curve over 4 bisection steps
+    lz_hi = np.full((seeds, 5), -0.1)
+    lz_lo = lz_hi - gap[:, None] * steps[None]
+    vt = dict(ll_lower=lower.tolist(), ll_upper=(lower + gap).tolist(),
+              mean_log_f=log_f.tolist(), log_z_hi=lz_hi.tolist(), log_z_lo=lz_lo.tolist(),
+              ll_lower_curve=(log_f[:, None] - lz_hi).tolist(),
+              ll_upper_curve=(log_f[:, None] - lz_lo).tolist(),
+              gap_at_capacity_high_dim=gap.tolist())
+    if dim == 2:
+      vt.update(log_z_quad=(-0.1 - 0.5 * gap / tightening + violation).tolist(),
+                log_z_tail=np.full(seeds, -30.0).tolist())
+    out[d] = dict(num_vars=dim, gaussian_ll=(base - base_over_gaussian).tolist(), models=dict(
         base=dict(ll=base.tolist()),
         hfv=dict(ll=(base + hfv_minus_base + noise * rng.standard_normal(seeds)).tolist()),
-        vt=dict(ll_lower=lower.tolist(), ll_upper=(lower + gap).tolist(),
-                gap_at_capacity_high_dim=gap.tolist())))
+        vt=vt))
   return out
 
 
 def test_criteria_fail_on_failing_numbers_and_hold_on_good_ones():
   config = pc_config.get_config("quick")
-  row, results = judge_all(config.criteria, pc._measure(_per_ds(-0.5, -0.3, 0.2)))
+  # VT and HFV below the base, the quadrature Z above the certified Z+ (a bracket that
+  # does not hold), and a gap that refinement did not tighten.
+  failing = _per_ds(-0.5, -0.3, 0.2, violation=0.8, tightening=1.0)
+  row, results = judge_all(config.criteria, pc._measure(failing))
   assert row == "did not hold"
   assert all(r.verdict == "did not hold" for r in results), [(r.name, r.verdict) for r in results]
   row, results = judge_all(config.criteria, pc._measure(_per_ds(0.5, 0.0, 20.0)))
   assert row == "held", [(r.name, r.verdict, r.effect) for r in results]
 
 
+def test_no_primary_criterion_is_the_gap_by_dimension():
+  # The gap's widening with D follows from the budget (nothing certified in D >= 10, log Z+
+  # = 0): reported as a fact, however the numbers come out, never judged.
+  config = pc_config.get_config("quick")
+  assert "bound_gap_widens_with_dim" not in config.criteria
+  per_ds = _per_ds(0.5, 0.0, 20.0)
+  assert set(pc._measure(per_ds)) == set(config.criteria)
+  fact = pc._gap_by_dimension(per_ds)
+  assert fact.name == "bound_gap_by_dimension" and "20.00 nats (D >= 10)" in fact.value
+  assert "nothing certified" not in fact.value  # here log Z+ = -0.1: not the trivial value
+  per_ds["wine"]["models"]["vt"]["log_z_hi"] = np.full((3, 5), 1e-7).tolist()
+  assert "largest log Z+ 1e-07 (0 up to rounding" in pc._gap_by_dimension(per_ds).value
+  del per_ds["wine"]
+  assert pc._gap_by_dimension(per_ds) is None
+
+
+def test_ll_criteria_have_no_signal_when_the_base_is_at_the_gaussian_floor():
+  config = pc_config.get_config("quick")
+  # The base circuit no better than a Gaussian fit: VT's and HFV's leads mean nothing.
+  row, results = judge_all(config.criteria, pc._measure(_per_ds(0.5, 0.0, 20.0,
+                                                               base_over_gaussian=0.0)))
+  by_name = {r.name: r for r in results}
+  for name in ("vt_lower_bound_beats_base_2d", "hfv_matches_base_2d"):
+    assert by_name[name].verdict == "no signal" and by_name[name].signal is False
+  # The bound criteria still held, but no mechanism criterion did: never held.
+  assert row == "inconclusive"
+  # A data set cached before the Gaussian reference was recorded: not measured, not unfloored.
+  per_ds = _per_ds(0.5, 0.0, 20.0)
+  del per_ds["moons"]["gaussian_ll"]
+  assert "vt_lower_bound_beats_base_2d" not in pc._measure(per_ds)
+
+
+def test_bracket_violation_reads_both_sides_and_the_tail():
+  vt = dict(log_z_lo=[[-1.0, -0.5]], log_z_hi=[[0.0, -0.2]], log_z_quad=[-0.3],
+            log_z_tail=[-40.0])
+  np.testing.assert_allclose(pc._bracket_violation(vt), [0.0])
+  # Z above the final Z+: the violation is the excess, from the worst step.
+  np.testing.assert_allclose(pc._bracket_violation({**vt, "log_z_quad": [-0.1]}), [-0.1],
+                             atol=1e-12)
+  # Z below Z-: not rescued by a negligible tail, rescued by a tail that could hold the mass.
+  low = {**vt, "log_z_quad": [-0.7]}
+  np.testing.assert_allclose(pc._bracket_violation(low), [-0.2], atol=1e-9)
+  assert pc._bracket_violation({**low, "log_z_tail": [np.log(0.2)]})[0] == 0.0
+
+
 def test_bound_gaps_compare_at_one_box_budget(monkeypatch):
-  # bound_gap_widens_with_dim compares 2-D toys' brackets with D >= 10 sets': with more boxes
+  # The gap-by-dimension fact compares 2-D toys' brackets with D >= 10 sets': with more boxes
   # per cell in 2-D (`capacity`) than above `low_dim_max` (`capacity_high_dim`), the contrast
   # would grow with the budget alone. 2-D sets also get their bounds at capacity_high_dim.
   seen = {}
@@ -104,15 +172,14 @@ def test_bound_gaps_compare_at_one_box_budget(monkeypatch):
     with pytest.raises(_Stop):
       pc.run_dataset(name, config)
   assert seen == {2: (16, 4), 13: (4,)}
-  # The criterion reads that gap, not the table's bracket (here 1.0 on every set).
+  # The fact reads that gap, not the table's bracket (here 1.0 on every 2-D set).
   per_ds = _per_ds(0.0, 0.0, high_gap=1.0)
   per_ds["moons"]["models"]["vt"]["gap_at_capacity_high_dim"] = [1.5, 1.5, 1.5]
   per_ds["pinwheel"]["models"]["vt"]["gap_at_capacity_high_dim"] = [2.5, 2.5, 2.5]
-  high, low = pc._measure(per_ds)["bound_gap_widens_with_dim"]
-  np.testing.assert_allclose(low, 2.0)
-  # A data set cached before the gap was recorded: not measured (never the table's gap).
+  assert "vs 2.00 nats (2-D)" in pc._gap_by_dimension(per_ds).value
+  # A data set cached before the gap was recorded: no fact (never the table's gap).
   del per_ds["wine"]["models"]["vt"]["gap_at_capacity_high_dim"]
-  assert "bound_gap_widens_with_dim" not in pc._measure(per_ds)
+  assert pc._gap_by_dimension(per_ds) is None
 
 
 def test_bad_config_names_raise(tmp_path):

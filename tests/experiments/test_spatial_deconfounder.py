@@ -35,6 +35,21 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
     assert np.shape(maps["u"]) == (h, w)
     assert np.shape(maps["latent"]["cvae_z4"]) == (h, w)
     assert np.shape(maps["residuals"][config.criteria_variant]) == (h, w)
+  # Diagnostics per seed: the CVAE's last loss terms one list each (total = BCE + beta KL,
+  # beta = beta_max after the warm-up), R^2(A | Z) and its overlap reference R^2(A | U).
+  n = len(config.seeds)
+  for s in names:
+    diag = on_disk["diagnostics"][s]
+    z4 = diag["cvae_z4"]
+    assert "final_loss" not in z4
+    total, bce, kl = (np.array(z4[f"final_loss_{t}"]["per_seed"]) for t in ("total", "bce", "kl"))
+    assert total.shape == bce.shape == kl.shape == (n,)
+    np.testing.assert_allclose(total, bce + config.cvae.beta_max * kl, rtol=1e-5, atol=1e-5)
+    assert len(z4["a_r2"]["per_seed"]) == n
+    a_r2_u = np.array(diag["data"]["a_r2_u"]["per_seed"])
+    assert a_r2_u.shape == (n,) and np.all((a_r2_u >= 0) & (a_r2_u <= 1))
+    detail = report["details"]
+    assert "R²(A | Z): cvae_z4" in detail and "vs R²(A | U)" in detail
   # The oracle adjusts for U itself: far closer to the truth than the naive fit.
   main = on_disk["table"][config.criteria_setting]
   assert main["oracle"]["tau_err"]["mean"] < main["naive"]["tau_err"]["mean"]
@@ -69,6 +84,10 @@ def test_bad_config_is_refused(tmp_path):
   config = sd_config.get_config("smoke")
   config.criteria_variant = "cvae_z8_spatial_plus"      # z_dim 8 is not run in smoke
   with pytest.raises(ValueError, match="criteria_variant"):
+    sd.run(config, str(tmp_path))
+  config = sd_config.get_config("smoke")
+  config.criteria_ols_variant = "cvae_z4_mlp"           # the MLP head is not run in smoke
+  with pytest.raises(ValueError, match="criteria_ols_variant"):
     sd.run(config, str(tmp_path))
   config = sd_config.get_config("smoke")
   config.heads = "linear,unet"
@@ -106,21 +125,27 @@ def test_latent_map_is_the_centre_pixel_first_channel():
   assert not np.allclose(np.asarray(z[..., radius * (2 * radius + 1) + radius]), want)
 
 
-def _measured(cvae_minus_rest: float, noise: float, seeds: int = 10) -> dict:
+def _measured(cvae_minus_rest: float, noise: float, seeds: int = 10,
+              cvae_minus_naive: float | None = None) -> dict:
   """Per-seed errors with the CVAE variant's error above (or below) the baselines'."""
   rng = np.random.default_rng(0)
   base = np.full(seeds, 0.4)
   def jitter():  # zero-mean noise: the paired effect is exactly `cvae_minus_rest`
     e = noise * rng.standard_normal(seeds)
     return e - e.mean()
+  vs_naive = cvae_minus_rest if cvae_minus_naive is None else cvae_minus_naive
   return {
-      "direct_vs_naive": (base + cvae_minus_rest + jitter(), base + jitter()),
+      "direct_vs_naive": (base + vs_naive + jitter(), base + jitter()),
       "direct_vs_spatial_plus": (base + cvae_minus_rest + jitter(), base + jitter()),
       "spill_vs_spatial_plus": (base + cvae_minus_rest + jitter(), base + jitter()),
+      "direct_vs_ols": (base + cvae_minus_rest + jitter(), base + jitter()),
       "spill_vs_ols": (base + cvae_minus_rest + jitter(), base + jitter()),
       # Spatial+ error minus the CVAE's on white-noise U: the CVAE "gains" -cvae_minus_rest.
       "white_noise_no_gain": -cvae_minus_rest + jitter(),
   }
+
+
+MECHANISM = ("direct_vs_spatial_plus", "spill_vs_spatial_plus", "direct_vs_ols", "spill_vs_ols")
 
 
 def test_criteria_fail_when_the_cvae_loses_and_are_inconclusive_in_noise():
@@ -128,9 +153,7 @@ def test_criteria_fail_when_the_cvae_loses_and_are_inconclusive_in_noise():
   row, results = judge_all(config.criteria, _measured(0.2, noise=0.005))
   assert row == "did not hold"
   verdicts = {r.name: r.verdict for r in results}
-  assert all(verdicts[n] == "did not hold" for n in
-             ("direct_vs_naive", "direct_vs_spatial_plus", "spill_vs_spatial_plus",
-              "spill_vs_ols")), verdicts
+  assert all(verdicts[n] == "did not hold" for n in ("direct_vs_naive",) + MECHANISM), verdicts
   assert verdicts["white_noise_no_gain"] == "held"        # losing is not a spurious gain
   row, results = judge_all(config.criteria, _measured(0.0, noise=0.3))
   assert row == "inconclusive"
@@ -138,3 +161,39 @@ def test_criteria_fail_when_the_cvae_loses_and_are_inconclusive_in_noise():
   assert row == "held"
   # A CVAE that "gains" 0.2 sd(Y) with white-noise U fails the negative control.
   assert {r.name: r.verdict for r in results}["white_noise_no_gain"] == "did not hold"
+
+
+def test_only_the_substitute_against_its_own_ablation_decides_the_row():
+  # Naive OLS(A, X) is beaten by Spatial+ alone: beating it says nothing of the CVAE. The
+  # primaries are the four ablations (the outcome model with and without Z), all mechanism.
+  config = sd_config.get_config("quick")
+  primary = {n for n, c in config.criteria.items() if c.get("primary", True)}
+  assert primary == set(MECHANISM)
+  assert all(config.criteria[n].mechanism for n in MECHANISM)
+  # A CVAE-Spatial+ far better than the naive fit but worse than Spatial+ and OLS: failed.
+  row, results = judge_all(config.criteria, _measured(0.1, noise=0.005, cvae_minus_naive=-0.3))
+  verdicts = {r.name: r.verdict for r in results}
+  assert verdicts["direct_vs_naive"] == "held" and row == "did not hold", verdicts
+
+
+def test_ols_criteria_read_the_linear_head_not_spatial_plus():
+  config = sd_config.get_config("quick")
+  errs = lambda t, d: dict(tau_err=[t] * 3, delta_err=[d] * 3)
+  per_setting = {config.criteria_setting: dict(methods={
+      "naive": errs(0.5, None), "ols_interference": errs(0.3, 0.3),
+      "spatial_plus": errs(0.2, 0.2), config.criteria_variant: errs(0.1, 0.1),
+      config.criteria_ols_variant: errs(0.4, 0.35)})}
+  measured = sd._measure(per_setting, config)
+  np.testing.assert_allclose(measured["direct_vs_ols"][0], 0.4)
+  np.testing.assert_allclose(measured["spill_vs_ols"], [[0.35] * 3, [0.3] * 3])
+  np.testing.assert_allclose(measured["direct_vs_spatial_plus"], [[0.1] * 3, [0.2] * 3])
+
+
+def test_diagnostics_text_reports_overlap_and_split_losses():
+  s = lambda v: dict(mean=v, std=0.01)
+  diag = {"data": {"a_r2_u": s(0.41)},
+          "cvae_z4": {"u_r2": s(0.5), "a_r2": s(0.947), "final_loss_total": s(0.6),
+                      "final_loss_bce": s(0.5), "final_loss_kl": s(1.0)}}
+  text = sd._diagnostics_text(diag)
+  assert "R²(A | Z): cvae_z4 0.95 ± 0.01 vs R²(A | U) 0.41 ± 0.01" in text
+  assert "total / BCE / KL: cvae_z4 0.600 ± 0.010 / 0.500 ± 0.010 / 1.000 ± 0.010" in text

@@ -1,6 +1,7 @@
 """The absl launcher, config overrides/errors, reproduce and bench entry points."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -67,9 +68,16 @@ def test_smoke_run_twice_resumes(tmp_path):
   assert train.Checkpointer(workdir, every=20).latest_step() == 40
 
 
-def test_reproduce_writes_report(tmp_path):
+def test_reproduce_writes_report(tmp_path, caplog, monkeypatch):
   from launch.runner import reproduce
+  caplog.set_level(logging.INFO, logger="jaxlab.progress")
+  monkeypatch.setenv("JAXLAB_PROGRESS", "log")
   path, failures = reproduce(str(tmp_path), "smoke", ["lm"])
+  # Its progress off a terminal: experiment i/N with the last one's time (and the lm training's).
+  lines = [r.getMessage() for r in caplog.records if r.name == "jaxlab.progress"]
+  assert lines[0] == "reproduce: 0/1 experiments (0%), 0 s elapsed"
+  assert lines[-1].startswith("reproduce: 1/1 experiments (100%), last lm (")
+  assert any(line.startswith("lm: 40/40 steps (100%), loss ") for line in lines)
   assert failures == []
   text = open(path).read()
   assert "| lm |" in text and "unigram" in text

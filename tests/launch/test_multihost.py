@@ -206,3 +206,21 @@ def test_unreachable_coordinator_fails_clearly_within_timeout(tmp_path):
   assert "within 3 s" in out.stderr
   # 3 s of waiting plus interpreter start-up (slow on a loaded 2-core machine), not a hang.
   assert elapsed < 60, elapsed
+
+
+def test_process_zero_alone_exits_1_with_one_line_within_timeout(tmp_path):
+  # Process 0 starts the coordinator and waits for process 1, which never comes. jax's
+  # client used to abort (SIGABRT, a C++ stack trace) once its registration deadline passed.
+  cmd = [sys.executable, "-m", "launch.main", *RUN, f"--workdir={tmp_path}",
+         f"--coordinator_address=127.0.0.1:{_free_port()}", "--num_processes=2",
+         "--process_id=0", "--distributed_timeout_s=3"]
+  start = time.monotonic()
+  out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  elapsed = time.monotonic() - start
+  assert out.returncode == 1, (out.returncode, out.stderr[-3000:])
+  assert out.stderr.count("\n") == 1 and out.stderr.startswith("FATAL "), out.stderr[-3000:]
+  assert "did not complete within 3 s (--distributed_timeout_s): process 0 of 2" in out.stderr
+  # 3 s of waiting plus interpreter start-up (slow on a loaded 2-core machine), not jax's
+  # own deadline (--distributed_timeout_s + 30 s) or a hang.
+  assert elapsed < 30, elapsed

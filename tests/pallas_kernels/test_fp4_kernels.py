@@ -214,17 +214,30 @@ def test_dequant_matmul_mosaic_gpu_lowers_from_cpu(lowering_target):
 @pytest.mark.parametrize("dtype,k,impl,kernel_name", [
     (jnp.bfloat16, 512, None, "jaxlab_fp4_dequant_matmul_mgpu"),
     (jnp.float16, 512, "pallas", "jaxlab_fp4_dequant_matmul_mgpu"),
-    (jnp.float32, 512, None, "jaxlab_fp4_dequant_matmul_triton"),  # wgmma: 16-bit only
-    (jnp.bfloat16, 128, None, "jaxlab_fp4_dequant_matmul_triton"),  # K below the 256 tile
-    (jnp.bfloat16, 512, "triton", "jaxlab_fp4_dequant_matmul_triton"),
+    (jnp.float32, 512, None, None),  # wgmma: 16-bit only; the XLA reference, not Triton
+    (jnp.bfloat16, 128, None, None),  # K below the 256 tile
+    (jnp.bfloat16, 512, "triton", "jaxlab_fp4_dequant_matmul_triton"),  # only by name
 ])
 def test_dequant_matmul_gpu_dispatch(dtype, k, impl, kernel_name):
-  # The GPU default is Mosaic GPU where it fits (16-bit x, tiles), else Triton.
+  # The GPU default is Mosaic GPU where it fits (16-bit x, tiles), else XLA.
   wq = formats.quantize(jnp.ones((k, 128)), "nvfp4", axis=0)
-  jaxpr = str(jax.make_jaxpr(lambda v: fp4.dequant_matmul(
-      v, wq, implementation=impl, interpret=False, platform="cuda"))(
+  jaxpr = str(jax.make_jaxpr(lambda v: fp4.dequant_matmul(v, wq, implementation=impl,
+                                                          platform="cuda"))(
           jax.ShapeDtypeStruct((32, k), dtype)))
-  assert kernel_name in jaxpr and jaxpr.count("_dequant_matmul_") == 2  # _pallas + the kernel
+  if kernel_name is None:
+    assert "pallas_call" not in jaxpr and "mosaic_gpu" not in jaxpr
+  else:
+    assert kernel_name in jaxpr and jaxpr.count("_dequant_matmul_") == 2  # _pallas + the kernel
+
+
+@pytest.mark.parametrize("dtype,k,match", [(jnp.float32, 512, "bfloat16 or float16"),
+                                           (jnp.bfloat16, 128, "k % 256 == 0")])
+def test_dequant_matmul_pallas_on_gpu_never_falls_back_to_triton(dtype, k, match):
+  # "pallas" asks for a Pallas kernel: on GPU the Mosaic GPU one, whose constraint is raised.
+  wq = formats.quantize(jnp.ones((k, 128)), "nvfp4", axis=0)
+  with pytest.raises(ValueError, match=match):
+    jax.eval_shape(lambda v: fp4.dequant_matmul(v, wq, implementation="pallas", platform="cuda"),
+                   jax.ShapeDtypeStruct((32, k), dtype))
 
 
 @pytest.mark.parametrize("dtype,block,match", [
@@ -241,3 +254,38 @@ def test_dequant_matmul_mosaic_gpu_rejects_bad_tiles_and_dtypes(dtype, block, ma
   with pytest.raises(ValueError, match=match):
     fp4.dequant_matmul(x, wq, block=block, implementation="mosaic_gpu", interpret=False,
                        platform="cuda")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_dequant_matmul_scaled_matmul_matches_reference(fmt):
+  """`jax.nn.scaled_matmul` with the weight's own codes and scale bytes (no requantization).
+
+  jax 0.12 lowers it on CPU (a dequantize and a dot), jax 0.10 only for GPUs: there the
+  call must raise rather than run something else.
+  """
+  x = jax.random.normal(jax.random.key(2), (16, 128))
+  wq = formats.quantize(jax.random.normal(jax.random.key(3), (128, 64)) * 0.1, fmt, axis=0)
+  call = lambda v: fp4.dequant_matmul(v, wq, implementation="scaled_matmul")  # noqa: E731
+  if not fp4.scaled_matmul_available():
+    with pytest.raises(ValueError, match="does not lower jax.nn.scaled_matmul"):
+      call(x)
+    return
+  ref = fp4.dequant_matmul_reference(x, wq)
+  assert "scaled_matmul" in str(jax.make_jaxpr(call)(x))
+  np.testing.assert_allclose(np.asarray(call(x)), np.asarray(ref), rtol=1e-5, atol=1e-5)
+  g = jax.grad(lambda v: jnp.sum(call(v) ** 2))(x)
+  gr = jax.grad(lambda v: jnp.sum(fp4.dequant_matmul_reference(v, wq) ** 2))(x)
+  np.testing.assert_allclose(np.asarray(g), np.asarray(gr), rtol=1e-4, atol=1e-4)
+
+
+def test_dequant_matmul_format_checks_per_implementation():
+  x = jnp.ones((16, 64))
+  mix = formats.quantize(jnp.ones((64, 32)), "mixfp4", axis=0)
+  mx = formats.quantize(jax.random.normal(jax.random.key(0), (64, 32)), "mxfp4", axis=0)
+  with pytest.raises(ValueError, match="takes nvfp4 or mxfp4"):  # E1M2 blocks: no dtype
+    fp4.dequant_matmul(x, mix, implementation="scaled_matmul", platform="cuda")
+  with pytest.raises(ValueError, match="Pallas kernels take nvfp4 or mixfp4"):
+    fp4.dequant_matmul(x, mx, implementation="pallas")
+  # MXFP4 by default: the reference on every platform (no Pallas kernel takes it).
+  np.testing.assert_array_equal(np.asarray(fp4.dequant_matmul(x, mx, platform="tpu")),
+                                np.asarray(fp4.dequant_matmul_reference(x, mx)))

@@ -37,54 +37,129 @@ def test_critical_entropy_rejects_bad_input():
     codecomp.critical_entropy(0.99, 4)
   with pytest.raises(ValueError, match="vocab_size"):
     codecomp.critical_entropy(0.5, 1)
-  with pytest.raises(ValueError, match="edit_cost"):
-    CostModel(edit_cost=0.0)
+  with pytest.raises(ValueError, match="C_edit"):
+    CostModel(nav_cost=0.0, delete_cost=0.0, type_cost=0.0)
+  with pytest.raises(ValueError, match="navigation"):
+    CostModel(navigation="per_token")
 
 
 # Jitted: the eager scan would be traced again at every call.
 _editing_cost = jax.jit(codecomp.editing_cost, static_argnames=("costs",))
 
 
-def _cost(suggestion, truth, width=24):
-  """editing_cost of token lists, padded to one width (one compilation for every call)."""
+def _cost(suggestion, truth, costs=codecomp.DEFAULT_COSTS, width=24):
+  """editing_cost of token lists, padded to one width (one compilation per cost model)."""
   pad = lambda x: jnp.array(list(x) + [7] * (width - len(x)))
-  return float(_editing_cost(pad(suggestion), len(suggestion), pad(truth), len(truth)))
+  return float(_editing_cost(pad(suggestion), len(suggestion), pad(truth), len(truth), costs))
 
 
 def test_placeholder_vs_wrong_token_cost_hand_example():
-  cm = CostModel()  # substitute 3, delete 2, insert 2, Tab 1, type 1
-  assert cm.rho == pytest.approx(2 / 3)
+  cm = CostModel()  # navigate 1 per edit region, delete 1, type 1, Tab 1
+  assert (cm.edit_cost, cm.fill_cost, cm.rho) == (3.0, 2.0, pytest.approx(2 / 3))
   truth = encode("return self._name")
-  wrong = encode("return self._size")     # 3 wrong bytes (n, a, m): 3 substitutions = 9
+  wrong = encode("return self._size")     # 3 wrong bytes (n, a, m): navigate + 3 x (del + type)
   ph = encode("return self._") + [PLACEHOLDER, PLACEHOLDER] + encode("e")  # Tab + "nam" = 4
   right = encode("return self._name")
-  f = lambda s: _cost(s, truth)
-  assert f(wrong) == 9.0
+  f = lambda s, costs=cm: _cost(s, truth, costs)
+  assert f(wrong) == 7.0
   assert f(ph) == 4.0
   assert f(right) == 0.0
+  # Per byte, every wrong byte is reached on its own: 3 x (nav + del + type).
+  per_byte = CostModel(navigation="per_byte")
+  assert f(wrong, per_byte) == 9.0 and f(ph, per_byte) == 4.0
   # A placeholder where hard completion was right costs C_fill = 2 per byte span of length 1.
   one = encode("return self._nam") + [PLACEHOLDER]
   assert f(one) == cm.fill_cost
+  # Two wrong regions are reached twice: "return self._nbmf" -> nav+2 (b), nav+2 (f).
+  assert f(encode("return self._nbmf")) == 6.0
   # Padding beyond the valid lengths is ignored (here: other pad values and widths).
   assert float(codecomp.editing_cost(jnp.array(wrong + [9]), len(wrong), jnp.array(truth),
-                                     len(truth))) == 9.0
+                                     len(truth))) == 7.0
 
 
-def test_editing_cost_matches_reference_dp_on_random_pairs():
+def test_typing_a_byte_costs_the_same_into_a_placeholder_or_as_an_insertion():
+  # The default user types a missing byte and a placeholder's byte at one price, and reaches
+  # an edit region as a placeholder span (nav = Tab): the empty suggestion and the
+  # all-placeholder one cost the same, and so do a gap and a placeholder over it.
+  truth = encode("os.path.join(root, name)")
+  cm = CostModel()
+  assert cm.nav_cost == cm.tab_cost
+  empty = _cost([], truth)
+  assert empty == _cost([PLACEHOLDER], truth) == cm.nav_cost + len(truth) * cm.type_cost
+  assert float(codecomp.editing_cost(jnp.zeros((0,), jnp.int32), 0, jnp.array(truth),
+                                     len(truth))) == empty  # an unpadded empty suggestion
+  gap = encode("os.path.join(") + encode(", name)")
+  filled = encode("os.path.join(") + [PLACEHOLDER] + encode(", name)")
+  assert _cost(gap, truth) == _cost(filled, truth) == 1.0 + len("root")
+  # Only the deletions make a wrong guess dearer than a placeholder over it.
+  wrong = encode("os.path.join(base, name)")
+  assert _cost(wrong, truth) - _cost(filled, truth) == len("base") * cm.delete_cost
+  # The per-byte reading charges a navigation per missing byte: a placeholder then beats
+  # typing the same bytes by one keystroke per byte (the asymmetry it is kept to show).
+  per_byte = CostModel(navigation="per_byte")
+  assert _cost([], truth, per_byte) == 2 * len(truth)
+  assert _cost([PLACEHOLDER], truth, per_byte) == 1 + len(truth)
+
+
+def _alignments(s, t):
+  """Every edit script of `s` into `t`: matches, substitutions, deletions, insertions, and
+  each placeholder absorbing any number of the next target bytes."""
+  if not s and not t:
+    yield []
+    return
+  if s and s[0] == PLACEHOLDER:
+    for k in range(len(t) + 1):
+      yield from ([("fill", k)] + rest for rest in _alignments(s[1:], t[k:]))
+  elif s:
+    if t:
+      op = "match" if s[0] == t[0] else "sub"
+      yield from ([(op,)] + rest for rest in _alignments(s[1:], t[1:]))
+    yield from ([("delete",)] + rest for rest in _alignments(s[1:], t))
+  if t:
+    yield from ([("insert",)] + rest for rest in _alignments(s, t[1:]))
+
+
+def _script_cost(ops, c: CostModel) -> float:
+  """Keystrokes of one edit script, counted op by op (regions = runs of edits)."""
+  total, prev = 0.0, None
+  for op in ops:
+    if op[0] == "fill":
+      total += c.tab_cost + c.type_cost * op[1]
+    elif op[0] != "match":
+      if c.navigation == "per_byte" or prev not in ("sub", "delete", "insert"):
+        total += c.nav_cost
+      total += {"sub": c.delete_cost + c.type_cost, "delete": c.delete_cost,
+                "insert": c.type_cost}[op[0]]
+    prev = op[0]
+  return total
+
+
+@pytest.mark.parametrize("navigation", ["per_region", "per_byte"])
+def test_editing_cost_is_the_cheapest_edit_script_on_random_pairs(navigation):
   rng = np.random.default_rng(1)
-  cm = CostModel(edit_cost=3.0, delete_cost=1.5, insert_cost=2.0, tab_cost=1.0, type_cost=0.5)
-  n, m = 7, 6
+  cm = CostModel(nav_cost=1.5, delete_cost=0.5, type_cost=1.0, tab_cost=0.7,
+                 navigation=navigation)
+  n, m = 6, 5
   cases = []
   for _ in range(40):
     s = rng.integers(0, 4, size=rng.integers(0, n + 1)).tolist()  # 0 = PLACEHOLDER, often
     t = rng.integers(1, 4, size=rng.integers(0, m + 1)).tolist()
     cases.append((s, t))
+  # The oracle: the cheapest of all edit scripts, enumerated (placeholder runs collapsed).
+  want = [min(_script_cost(o, cm) for o in _alignments(codecomp.collapse(s), t))
+          for s, t in cases]
+  assert [codecomp.reference_editing_cost(s, t, cm) for s, t in cases] == pytest.approx(want)
   s_arr = np.array([s + [5] * (n - len(s)) for s, _ in cases])
   t_arr = np.array([t + [6] * (m - len(t)) for _, t in cases])
   got = jax.vmap(lambda s, a, t, b: codecomp.editing_cost(s, a, t, b, cm))(
       s_arr, np.array([len(s) for s, _ in cases]), t_arr, np.array([len(t) for _, t in cases]))
-  want = [codecomp.reference_editing_cost(s, t, cm) for s, t in cases]
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+  dist = jax.vmap(codecomp.wildcard_distance)(
+      s_arr, np.array([len(s) for s, _ in cases]), t_arr, np.array([len(t) for _, t in cases]))
+  # Free placeholders: the unit edit distance, fills costing nothing.
+  free = [min(sum(0.0 if o[0] in ("fill", "match") else 1.0 for o in ops)
+              for ops in _alignments(codecomp.collapse(s), t)) for s, t in cases]
+  np.testing.assert_allclose(np.asarray(dist), free)
 
 
 def test_collapse_and_snippet_round_trip():
@@ -97,6 +172,27 @@ def test_collapse_and_snippet_round_trip():
   # Collapsed and uncollapsed completions cost the same: a run is one span.
   c = lambda s: _cost(s, encode("f(a, $x, b)"))
   assert c(toks) == c(codecomp.collapse(toks))
+
+
+def test_entropy_of_a_row_with_no_distribution_is_nan_never_zero():
+  # A NaN logit, every logit -inf, or a +inf logit: no distribution, entropy NaN (it was 0,
+  # so a diverged model looked fully confident). A -inf logit alone is a ruled-out token.
+  ent = codecomp.entropy(jnp.array([[0.0, jnp.nan, 1.0], [-jnp.inf, -jnp.inf, -jnp.inf],
+                                    [0.0, jnp.inf, 1.0], [0.0, 0.0, -jnp.inf]]))
+  assert np.isnan(np.asarray(ent[:3])).all()
+  np.testing.assert_allclose(ent[3], np.log(2.0), rtol=1e-6)
+  np.testing.assert_array_equal(jax.jit(codecomp.entropy)(jnp.array([[jnp.nan, 0.0]])), [np.nan])
+
+
+def test_a_nan_score_is_never_a_confident_guess():
+  toks, h = jnp.array([5, 6, 7]), jnp.array([0.1, jnp.nan, 2.0])
+  with pytest.raises(ValueError, match="scores must not be NaN"):
+    codecomp.threshold_placeholders(toks, h, 1.0)
+  with pytest.raises(ValueError, match="threshold must not be NaN"):
+    codecomp.threshold_placeholders(toks, jnp.zeros(3), float("nan"))
+  # Traced: no exception possible; the NaN position gets a placeholder, not the guess.
+  out = jax.jit(codecomp.threshold_placeholders)(toks, h, 1.0)
+  assert out.tolist() == [5, PLACEHOLDER, PLACEHOLDER]
 
 
 def test_threshold_placeholders_and_edit_log_targets():
@@ -177,6 +273,8 @@ def test_decode_records_the_uncertainty_of_the_distribution_it_samples_from():
     np.testing.assert_allclose(out.p_max, np.exp(logp.max(-1)), rtol=1e-4)
     chosen = np.take_along_axis(logp, np.asarray(out.tokens)[..., None], -1)[..., 0]
     np.testing.assert_allclose(out.logp, chosen, rtol=1e-4, atol=1e-5)
+    # The guess is the greedy token with <PH> excluded, in the context actually decoded.
+    np.testing.assert_array_equal(out.guess, np.argmax(logits[..., 1:], -1) + 1)
   # GRPO differentiates the distribution it sampled from (`make_grpo_step`).
   seq_logp = jax.jit(functools.partial(codecomp.sequence_logp, model, temperature=3.0))
   np.testing.assert_allclose(seq_logp(params, prompts, out.tokens), out.logp, rtol=1e-4,
@@ -184,3 +282,17 @@ def test_decode_records_the_uncertainty_of_the_distribution_it_samples_from():
   with pytest.raises(ValueError, match="temperature"):
     codecomp.make_grpo_step(model, optax.sgd(0.1), CostModel(), num_tokens=3, group_size=2,
                             temperature=0.0)
+
+
+def test_own_guesses_replace_exactly_the_placeholders():
+  # A greedy APC completion "a<PH>c<PH>" whose model would have guessed "b" and "\n" there.
+  tokens = jnp.array([[97, PLACEHOLDER, 99, PLACEHOLDER, 101]])
+  guess = jnp.array([[97, 98, 99, 10, 101]])
+  ones = jnp.ones((1, 5))
+  out = codecomp.Decoded(tokens, ones, ones, ones, jnp.array([5]), jnp.array([False]), guess)
+  replaced, lengths = codecomp.own_guesses(out)
+  np.testing.assert_array_equal(replaced, [[97, 98, 99, 10, 101]])
+  np.testing.assert_array_equal(lengths, [3])  # the guessed newline ends the completion
+  # Without placeholders the completion is its own ablation.
+  plain = out._replace(tokens=guess)
+  np.testing.assert_array_equal(codecomp.own_guesses(plain)[0], guess)

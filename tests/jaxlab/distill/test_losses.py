@@ -9,7 +9,9 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from jaxlab.distill import (
+    coupling_marginals,
     dense_ot_loss,
+    escot_dense_loss,
     escot_loss,
     kl_divergence,
     mined_loss,
@@ -165,3 +167,85 @@ def test_dense_ot_loss_is_the_sinkhorn_plan_times_the_pairwise_kl():
                                     num_iters=20).coupling)(cost)
   loss = jax.jit(lambda p, q: dense_ot_loss(p, q, epsilon=0.1, num_iters=20))(p, q)
   np.testing.assert_allclose(loss, jnp.sum(plan * cost), rtol=1e-5)
+
+
+def _escot_case(rng, t_off, s_off, vocab=6, chars=4, r=3):
+  """Teacher statistics, a student and the span coupling of one sequence."""
+  spans = spans_from_offsets(t_off, s_off)
+  c = overlap_coupling(t_off, s_off, spans)
+  first = np.zeros((vocab, chars), np.float32)
+  first[np.arange(vocab), np.arange(vocab) % chars] = 1
+  n, m = len(t_off), len(s_off)
+  char_t = _probs(rng, n, chars)
+  return dict(
+      char_t=char_t, top_t=jax.lax.top_k(_probs(rng, n, 5), r)[0],
+      # No student probability near the 1e-9 clamp of the KL, so the hand cost is exact.
+      ent_t=renyi_entropy(char_t, 2.0), logp_s=jnp.log(0.9 * _probs(rng, m, vocab) + 0.1 / vocab),
+      first=jnp.asarray(first), spans=spans, coupling=c,
+      marginals=[jnp.asarray(x, jnp.float32) for x in coupling_marginals(c, n, m)])
+
+
+_STATIC = ("num_spans", "weighting", "rank_weight", "epsilon", "num_iters")
+
+
+def _sparse(case, **kw):
+  sp, c = case["spans"], case["coupling"]
+  return jax.jit(escot_loss, static_argnames=_STATIC[:3])(case["char_t"], case["top_t"], case["ent_t"], jnp.asarray(sp.teacher),
+                    case["logp_s"], case["first"], jnp.asarray(sp.student),
+                    jnp.asarray(c.teacher), jnp.asarray(c.student), jnp.asarray(c.span),
+                    jnp.asarray(c.mass, jnp.float32), num_spans=sp.num_spans, **kw)
+
+
+def _dense(case, **kw):
+  sp = case["spans"]
+  return jax.jit(escot_dense_loss, static_argnames=_STATIC)(case["char_t"], case["top_t"], case["ent_t"],
+                          jnp.asarray(sp.teacher), case["logp_s"], case["first"],
+                          jnp.asarray(sp.student), *case["marginals"],
+                          num_spans=sp.num_spans, **kw)
+
+
+def test_escot_dense_loss_is_the_sinkhorn_plan_with_the_span_marginals_times_the_same_cost():
+  rng = np.random.default_rng(5)
+  case = _escot_case(rng, np.array([[0, 3], [3, 5], [5, 6], [6, 9]]),
+                     np.array([[0, 1], [1, 3], [3, 6], [6, 7], [7, 9]]))
+  got = _dense(case, weighting="none", rank_weight=0.5, epsilon=0.2, num_iters=300)
+  # By hand: E-SCOT's pair cost on every (i, j), the Sinkhorn plan between the marginals of
+  # the span coupling (not uniform ones), no span mask.
+  p_s = np.exp(np.asarray(case["logp_s"], np.float64))
+  char_s, char_t = p_s @ np.asarray(case["first"]), np.asarray(case["char_t"], np.float64)
+  top_s = -np.sort(-p_s, -1)[:, :3]
+  cost = np.array([[np.sum(char_t[i] * (np.log(char_t[i]) - np.log(char_s[j])))
+                    + 0.5 * np.abs(np.asarray(case["top_t"][i]) - top_s[j]).sum()
+                    for j in range(5)] for i in range(4)])
+  a, b = case["marginals"]
+  plan = sinkhorn(jnp.asarray(cost, jnp.float32), a, b, epsilon=0.2, num_iters=300).coupling
+  np.testing.assert_allclose(got, np.sum(np.asarray(plan) * cost), rtol=1e-4)
+  np.testing.assert_allclose(plan.sum(1), a, atol=1e-5)
+  np.testing.assert_allclose(plan.sum(0), b, atol=1e-5)
+  # The plan leaves the spans: mass lands on pairs the span coupling never couples.
+  off_span = case["spans"].teacher[:, None] != case["spans"].student[None, :]
+  assert float(np.sum(np.asarray(plan)[off_span])) > 0.01
+  # Weighted like E-SCOT, and differentiable in the student.
+  weighted = _dense(case, epsilon=0.2, num_iters=300)
+  assert np.isfinite(float(weighted)) and float(weighted) != float(got)
+  grad = jax.jit(jax.grad(lambda lp: _dense(dict(case, logp_s=lp), epsilon=0.2)))(
+      case["logp_s"])
+  assert np.all(np.isfinite(grad)) and np.any(grad != 0)
+
+
+@pytest.mark.parametrize("weighting", ["none", "softmax", "ratio"])
+def test_escot_dense_loss_equals_escot_loss_when_the_plan_is_the_span_coupling(weighting):
+  # Only the support differs: where the best dense plan is the span coupling itself (one token
+  # per span on both sides, the matched pairs far cheaper than any other), the two losses
+  # agree, weights included.
+  rng = np.random.default_rng(6)
+  offsets = np.array([[0, 2], [2, 3], [3, 5], [5, 6]])
+  case = _escot_case(rng, offsets, offsets, vocab=4, chars=4, r=2)
+  peaked = jnp.asarray(np.eye(4) * 0.97 + 0.01, jnp.float32)
+  case.update(char_t=peaked, top_t=jax.lax.top_k(peaked, 2)[0],
+              logp_s=jnp.log(peaked * 0.9 + 0.025),
+              ent_t=jnp.asarray([0.1, 1.0, 0.3, 2.0]))
+  sparse = _sparse(case, weighting=weighting)
+  dense = _dense(case, weighting=weighting, epsilon=0.01, num_iters=200)
+  np.testing.assert_allclose(dense, sparse, rtol=1e-3)
+  assert float(sparse) > 0.0

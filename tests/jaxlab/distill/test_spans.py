@@ -5,7 +5,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxlab.distill import dense_coupling, overlap_coupling, spans_from_offsets
+from jaxlab.distill import (
+    coupling_marginals,
+    dense_coupling,
+    overlap_coupling,
+    spans_from_offsets,
+)
 
 
 def _offsets(cuts, length):
@@ -58,6 +63,23 @@ def test_overlap_coupling_marginals_and_sparsity(case):
   np.testing.assert_allclose(c.mass, shared / (span_len[c.span] * k))
   start = overlap_coupling(t, s, spans, mode="start")
   np.testing.assert_allclose(np.bincount(start.span, start.mass, minlength=k), 1.0 / k)
+
+
+@settings(max_examples=100, deadline=None)
+@given(two_tokenizations())
+def test_coupling_marginals_are_the_dense_row_and_column_sums(case):
+  # What the span-constraint ablation transports: the sparse coupling's own marginals.
+  t, s, _ = case
+  for mode in ("overlap", "start"):
+    c = overlap_coupling(t, s, mode=mode)
+    a, b = coupling_marginals(c, len(t) + 2, len(s) + 3)  # padded rows get no mass
+    dense = dense_coupling(c, len(t), len(s))
+    np.testing.assert_allclose(a[:len(t)], dense.sum(1), atol=1e-12)
+    np.testing.assert_allclose(b[:len(s)], dense.sum(0), atol=1e-12)
+    assert np.all(a[len(t):] == 0) and np.all(b[len(s):] == 0)
+    np.testing.assert_allclose([a.sum(), b.sum()], 1.0, rtol=1e-12)
+  with pytest.raises(ValueError, match="exceed"):
+    coupling_marginals(overlap_coupling(t, s), len(t) - 1, len(s))
 
 
 def test_identical_tokenizations_make_one_span_per_token():

@@ -92,3 +92,44 @@ def test_metrics_are_perfect_on_ground_truth_and_catch_a_frozen_pose():
                 contact_logit=-logit)
   m = training.metrics(frozen, true, data)
   assert float(m["jr_deg"]) > 1.0 and float(m["contact_f1"]) == 0.0
+
+
+def test_splits_hold_speeds_and_a_morphology_out_of_the_target_species_training():
+  splits = generate.make_splits(3, num_train=12, num_test=6, num_frames=4, fps=10.0,
+                                split_speed=1.0, heldout_morphology=True)
+  by_species = {sp: [c for c in splits["train"] if c.skeleton.species == sp]
+                for sp in ("biped", "quadruped")}
+  assert all(c.params.speed < 1.0 for c in by_species["biped"])
+  assert all(c.params.speed >= 1.0 for c in by_species["quadruped"])
+  # The hidden pairs move at the source's speeds: no training quadruped moved like them.
+  assert all(c.params.speed < 1.0 for c in splits["pair_target"])
+  trained = [c.skeleton for c in by_species["quadruped"]]
+  assert not any("/tip" in r for sk in trained for r in sk.roles)
+  assert max(sk.roles.count("tail") for sk in trained) <= 2
+  for tgt, common, src in zip(splits["pair_target"], splits["pair_target_common"],
+                              splits["pair_source"], strict=True):
+    assert tgt.params == common.params == src.params
+    assert tgt.skeleton.roles.count("tail") >= 3 and "front_right/tip" in tgt.skeleton.roles
+    assert "front_right/tip" not in common.skeleton.roles
+    # The tip is where a rare quadruped's foot meets the ground.
+    assert tgt.skeleton.roles[int(np.flatnonzero(tgt.skeleton.contact)[0])].endswith("/tip")
+  with pytest.raises(ValueError, match="split_speed"):
+    generate.make_splits(0, num_train=1, num_test=1, num_frames=4, fps=10.0, split_speed=2.0)
+  with pytest.raises(ValueError, match="morphology"):
+    skeletons.make_skeleton("biped", np.random.default_rng(0), morphology="odd")
+
+
+def test_default_splits_draw_the_same_clips_with_the_new_knobs_off():
+  # `morphology="any"` and the full speed range consume the generator as before, so
+  # splits without the knobs keep their clips, and only the last split is new.
+  a = generate.make_splits(4, num_train=3, num_test=2, num_frames=4, fps=10.0)
+  b = generate.make_splits(4, num_train=3, num_test=2, num_frames=4, fps=10.0,
+                           split_speed=None, heldout_morphology=False)
+  for k in a:
+    for x, y in zip(a[k], b[k], strict=True):
+      assert x.params == y.params and x.skeleton.names == y.skeleton.names
+  rng = np.random.default_rng(5)
+  p = generate.sample_params(rng, (0.4, 0.5))
+  assert 0.4 <= p.speed < 0.5
+  with pytest.raises(ValueError, match="speed_range"):
+    generate.sample_params(rng, (0.1, 0.5))

@@ -161,3 +161,41 @@ def test_bounds_reject_bad_settings(small_models):
     bounds.anytime_log_z_bounds(*args, domain_halfwidth=4.0, num_steps=1, capacity=0)
   with pytest.raises(ValueError, match="domain_halfwidth"):
     bounds.anytime_log_z_bounds(*args, domain_halfwidth=-1.0, num_steps=1, capacity=4)
+
+
+def test_strip_quadrature_matches_grid_quadrature(small_models, vt_curve):
+  # The experiment checks its certified brackets against this strip quadrature: it must
+  # agree with the brute-force midpoint grid, and lie inside the anytime bracket.
+  model, params = small_models["vt"]
+  mass = lambda lo, hi: model.apply(params, lo, hi, method="box_mass")
+  log_z, log_tail = jax.jit(lambda: bounds.strip_log_z_2d(
+      mass, model.apply(params, method="log_pi"), model.apply(params, method="cell_centroids"),
+      halfwidth=8.0, num_strips=2048))()
+  z_lo, z_hi, z_quad = vt_curve
+  z_strip = float(np.exp(np.float64(log_z)))
+  assert float(np.exp(np.float64(log_tail))) < 1e-6  # the blobs sit well inside [-8, 8]
+  assert abs(z_strip - z_quad) < 2e-5, (z_strip, z_quad)
+  assert z_lo[-1] <= z_strip <= z_hi[-1], (z_lo[-1], z_strip, z_hi[-1])
+
+
+def test_strip_quadrature_is_exact_on_vertical_cells_and_counts_the_tail():
+  # Two cells split at x_1 = 0.1 (the duplicated-centroid case above, with an empty third
+  # cell): Z is a sum of normal CDFs; with L = 1 most of the mass lies in the tail.
+  c = jnp.array([[-1.0, 0.0], [1.2, 0.0], [-1.0, 0.0]])
+  mu = jnp.array([[-0.9, 0.2], [1.1, -0.3], [-1.0, 0.0]])
+  sd = jnp.array([[0.8, 0.6], [0.7, 0.9], [0.5, 0.5]])
+  log_pi = jnp.log(jnp.array([0.3, 0.3, 0.4]))
+  mass = lambda lo, hi: jnp.sum(gaussian.normal_log_interval_mass(
+      mu, sd, lo[:, None], hi[:, None]), axis=-1)
+  z_exact = 0.3 * stats.norm.cdf(1.0 / 0.8) + 0.3 * stats.norm.sf(-1.0 / 0.7)
+  strips = jax.jit(lambda h, n: bounds.strip_log_z_2d(mass, log_pi, c, halfwidth=h,
+                                                      num_strips=n), static_argnums=(0, 1))
+  log_z, log_tail = strips(12.0, 480)
+  assert abs(float(np.exp(log_z)) - z_exact) < 1e-5
+  log_z, log_tail = strips(1.0, 40)
+  z_in, tail = float(np.exp(log_z)), float(np.exp(log_tail))
+  assert z_in < z_exact - 0.1 and z_in <= z_exact <= z_in + tail
+  with pytest.raises(ValueError, match="centroids"):
+    bounds.strip_log_z_2d(mass, log_pi, jnp.zeros((3, 3)), halfwidth=1.0, num_strips=4)
+  with pytest.raises(ValueError, match="num_strips"):
+    bounds.strip_log_z_2d(mass, log_pi, c, halfwidth=1.0, num_strips=0)

@@ -45,7 +45,7 @@ def test_model_ranks_zero_is_the_plain_scorer_and_placements():
 
 
 def test_world_has_requested_rates_and_correlation():
-  cfg = world.WorldConfig(num_train=300, num_test=10)
+  cfg = world.WorldConfig(num_train=300, num_test=10, face_coupling="phi")
   w = world.make_world(cfg, seed=0)
   tr = w.train
   a, f = tr.snippet_labels.ravel(), tr.faces.ravel()
@@ -66,6 +66,26 @@ def test_world_has_requested_rates_and_correlation():
   np.testing.assert_array_equal(again.test.features, w.test.features)
   with pytest.raises(ValueError, match="face_anomaly_corr"):
     world.make_world(world.WorldConfig(face_anomaly_corr=0.9), seed=0)
+
+
+def test_face_coupling_readings_keep_the_face_rate_and_differ_in_strength():
+  # The spec's "correlated 0.3": as a phi correlation a face comes with nearly every anomaly
+  # (P(face | anomalous) = 0.99); as a risk difference, 0.77 vs 0.47 (phi 0.17).
+  q = {c: world.face_probabilities(world.WorldConfig(face_coupling=c))
+       for c in world.FACE_COUPLINGS}
+  np.testing.assert_allclose(q["phi"], (0.9892, 0.4540), atol=1e-4)
+  np.testing.assert_allclose(q["risk_difference"], (0.7742, 0.4742), atol=1e-4)
+  cfg = world.WorldConfig(num_train=400, num_test=10, face_coupling="risk_difference")
+  assert world.WorldConfig().face_coupling == "risk_difference"  # the config's default
+  tr = world.make_world(cfg, seed=1).train
+  a, f = tr.snippet_labels.ravel(), tr.faces.ravel()
+  assert abs(f.mean() - cfg.face_rate) < 0.03
+  assert abs(f[a].mean() - f[~a].mean() - 0.3) < 0.05
+  assert abs(np.corrcoef(a.astype(float), f.astype(float))[0, 1] - 0.168) < 0.05
+  with pytest.raises(ValueError, match="face_coupling"):
+    world.face_probabilities(world.WorldConfig(face_coupling="odds_ratio"))
+  with pytest.raises(ValueError, match="risk_difference"):  # q0 + 0.6 > 1
+    world.face_probabilities(world.WorldConfig(face_anomaly_corr=0.6))
 
 
 def test_gopl_training_aligns_the_subspace_with_faces():

@@ -328,6 +328,29 @@ def test_ratio_floor():
   assert V.judge(c, [0.5, 0.5, 0.5], [0.7, 0.71, 0.69]).verdict == "held"
 
 
+def test_an_unmeasured_floor_criterion_is_not_measured():
+  c = _crit(floor="unigram")
+  assert V.judge(c, None).verdict == "not measured"
+  assert V.judge(c, [None, None], [1.0, 2.0]).verdict == "not measured"
+  assert V.judge_all([c], {})[0] == "not measured"
+
+
+def test_floor_direction_of_its_own():
+  # "ULD falls below SFT" (higher bits/byte is the claim), yet SFT must still beat unigram
+  # (lower bits/byte) for the comparison to mean anything.
+  c = _crit(direction="higher", floor="unigram", floor_value=4.0, floor_margin=0.1,
+            floor_direction="lower")
+  r = V.judge(c, [3.9, 3.95, 3.92], [3.7, 3.72, 3.71])
+  assert r.signal is True and r.verdict == "held"
+  assert r.floor_effect == pytest.approx(4.0 - 3.71, abs=1e-9)
+  assert V.judge(c, [4.2, 4.25, 4.22], [4.0, 4.01, 3.99]).verdict == "no signal"
+  # Without it, the floor would ask SFT to sit *above* unigram.
+  same = _crit(direction="higher", floor="unigram", floor_value=4.0, floor_margin=0.1)
+  assert V.judge(same, [3.9, 3.95, 3.92], [3.7, 3.72, 3.71]).verdict == "no signal"
+  with pytest.raises(ValueError, match="floor_direction"):
+    _crit(floor="unigram", floor_direction="down")
+
+
 def test_one_seed_leaves_the_floor_undecided():
   c = _crit(floor="chance", floor_value=0.0)
   r = V.judge(c, [1.0], [0.5])
