@@ -118,7 +118,23 @@ def array_checksums(tree: Any) -> UInt32[np.ndarray, "n 2"]:
 
 
 def tree_digest(tree: Any) -> str:
-  """sha256 of the tree's key paths, shapes and dtypes (what orbax's metadata describes)."""
+  """sha256 of the tree's key paths, shapes and dtypes (what orbax's metadata describes).
+
+  Values do not enter it (`array_checksums` covers them): a restore compares it with the
+  saved record to tell a damaged record of this very tree from one of another tree.
+
+  Args:
+    tree: a pytree of arrays or `jax.ShapeDtypeStruct`s.
+
+  Returns:
+    64 hex digits.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> a = tree_digest({"w": jnp.ones(3)})
+    >>> a == tree_digest({"w": jnp.zeros(3)}), a == tree_digest({"w": jnp.ones(4)})
+    (True, False)
+  """
   spec = [(jax.tree_util.keystr(path), list(s.shape), str(s.dtype))
           for path, s in jax.tree_util.tree_flatten_with_path(
               jax.tree.map(ocp.utils.to_shape_dtype_struct, tree))[0]]
