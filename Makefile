@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxlab-installed
 DOCS_STAMP := $(VENV)/.jaxlab-docs-installed
 
-.PHONY: demo test test312 bench notebooks docs clean
+.PHONY: demo test venv312 test312 bench notebooks docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +44,12 @@ test: $(STAMP)
 
 # The same test selection under Python 3.12, which resolves the newest jax the project
 # supports (0.12.x), in a venv of its own (.venv312), without the gymnax extra (gymnax
-# caps jax below 0.12; the tests that need it skip). .ci/run runs it after `test`.
+# caps jax below 0.12; the tests that need it skip). `venv312` only builds that venv:
+# .ci/run builds it first and skips the suite, with a notice, where it cannot.
 PYTHON312 ?= python3.12
-test312:
+venv312:
+	$(MAKE) .venv312/.jaxlab-installed PYTHON=$(PYTHON312) VENV=.venv312 EXTRAS=dev
+test312: venv312
 	$(MAKE) test PYTHON=$(PYTHON312) VENV=.venv312 EXTRAS=dev
 
 bench: $(STAMP)
