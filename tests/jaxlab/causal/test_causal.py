@@ -154,6 +154,36 @@ def test_spatial_plus_recovers_effects_without_confounding():
   np.testing.assert_allclose(np.mean(sp.delta), cfg.delta, atol=0.25)
 
 
+def test_underdetermined_design_raises():
+  # Before: a 3x3 grid (1 interior site, 6 coefficients) returned tau-hat and delta-hat.
+  data = jax.jit(causal.make_generator(causal.GridConfig(height=3, width=3)))(jax.random.key(0))
+  with pytest.raises(ValueError, match=r"ols_effects: .*underdetermined, 1 interior site\(s\) "
+                                       r"for 6 coefficients"):
+    causal.ols_effects(data)
+  est = jax.jit(causal.ols_effects)(data)  # traced: NaN, never a number
+  assert np.isnan(float(est.tau)) and np.isnan(float(est.delta))
+
+
+def test_collinear_design_raises_naming_the_columns(draws):
+  # Before: the treatment passed again as `extra` split tau silently (about half each).
+  _, data = draws
+  one = jax.tree.map(lambda v: v[0], data)
+  with pytest.raises(ValueError, match=r"columns A, extra\[0\] are collinear"):
+    causal.ols_effects(one, one.a[..., None])
+  with pytest.raises(ValueError, match=r"columns intercept, Abar_N, extra\[0\] are collinear"):
+    causal.ols_effects(one, 2.0 * one.a_neighbours[..., None] + 1.0)
+  # Vmapped over draws (nothing can raise there): NaN estimates for the collinear designs
+  # (ols, and Spatial+ with a covariate passed again), numbers for the oracle.
+  basis = jnp.asarray(causal.spline_basis(20, 20, 5))
+  bad, bad_sp, good = jax.jit(jax.vmap(lambda d: (
+      causal.ols_effects(d, d.a[..., None]),
+      causal.spatial_plus_effects(d, basis, d.x[..., 1:2]),
+      causal.ols_effects(d, d.u[..., None]))))(data)
+  for est in (bad, bad_sp):
+    assert np.isnan(np.asarray(est.tau)).all() and np.isnan(np.asarray(est.delta)).all()
+  assert np.isfinite(np.asarray(good.tau)).all() and np.isfinite(np.asarray(good.delta)).all()
+
+
 @pytest.mark.slow
 def test_mlp_head_recovers_effects_without_confounding():
   cfg, data = _unconfounded()
