@@ -26,7 +26,7 @@ AREAS = (
     "jaxlab.zeroshot", "jaxlab.privacy", "jaxlab.pc", "jaxlab.causal", "jaxlab.motion",
     "jaxlab.distill", "jaxlab.diffusion", "jaxlab.recsys", "jaxlab.text", "pallas_kernels.fp4",
     "pallas_kernels.moe", "pallas_kernels.tuning", "jaxlab.nn", "jaxlab.data", "jaxlab.train",
-    "jaxlab.report", "jaxlab.presets", "jaxlab.validation", "jaxlab.config_checks",
+    "jaxlab.study", "jaxlab.report", "jaxlab.presets", "jaxlab.validation", "jaxlab.config_checks",
     "jaxlab.benchmarking",
 )
 

@@ -12,8 +12,9 @@ config each method would ship (its best *measured* config after T proposals):
 
 import numpy as np
 
-from jaxlab.autotune import baselines, kernelband, proposers, space
-from jaxlab.autotune.cost_model import CostModelEvaluator
+from jaxlab.autotune import baselines, kernelband, proposers, space, timing
+from jaxlab.autotune.cost_model import CostModelEvaluator, get_device
+from pallas_kernels import tuning
 
 METHODS = ("kernelband", "bon", "greedy", "egreedy", "no_mask", "k1", "heuristic_strategy")
 BASELINES = ("bon", "greedy", "egreedy")
@@ -116,3 +117,48 @@ def summarize(arr) -> dict:
       fast1=(a > 1.0).mean(1).tolist(),
       correct=np.asarray(arr["correct"]).mean(1).tolist(),
       regret=np.asarray(arr["regret"]).mean(1).tolist())
+
+
+def tuning_table(tasks: list[space.Task], kb: dict, ops: dict[str, str], *, budget: int,
+                 seed: int, noise: float = 0.03) -> tuning.TuningTable:
+  """KernelBand's best config after `budget` proposals for each task of a tuned kernel.
+
+  Args:
+    tasks: the tasks; those whose `op` is a key of `ops` are tuned, in order.
+    kb: KernelBand's knobs (`make_policy`).
+    ops: task op -> the kernel's name in the tuning table (its `TUNING_OP`).
+    budget: proposals per task.
+    seed: the search seed of task i is `seed * 1000 + i` (as in `run_method`).
+    noise: the cost model's timing noise.
+
+  Returns:
+    The `pallas_kernels.tuning.TuningTable` the kernels read (keyed by device kind).
+  """
+  ev, prop = CostModelEvaluator(noise), proposers.LocalProposer()
+  table = tuning.TuningTable()
+  for ti, task in enumerate(tasks):
+    if task.op in ops:
+      res = kernelband.run_search(task, make_policy("kernelband", kb), ev, prop,
+                                  budget=budget, seed=seed * 1000 + ti)
+      table.add(ops[task.op], task.shape, task.dtype, get_device(task.device).device_kind,
+                res.best_after(budget))
+  return table
+
+
+def timing_run(task: space.Task, kb: dict, *, budget: int, repeats: int) -> dict:
+  """KernelBand on measured CPU times of `task` (`timing.TimingEvaluator`), seed 0.
+
+  Returns:
+    {"task", "default", "default_seconds", "best", "best_seconds", "speedup", "valid",
+    "trials"}: the default and the best config found, their measured times, the
+    speedup, and how many of the trials were valid.
+  """
+  ev = timing.TimingEvaluator(repeats=repeats)
+  res = kernelband.run_search(task, make_policy("kernelband", kb), ev,
+                              proposers.LocalProposer(), budget=budget, seed=0)
+  best = res.best_after(budget)
+  best_time = min([res.default.time] + [t.time for t in res.trials if t.ok])
+  return dict(task=task.name, default=res.default.config.to_dict(),
+              default_seconds=res.default.time, best=best.to_dict(), best_seconds=best_time,
+              speedup=res.default.time / best_time,
+              valid=int(sum(t.ok for t in res.trials)), trials=len(res.trials))

@@ -122,6 +122,10 @@ def kmeans_pp(x: Float[np.ndarray, "p f"], k: int, *, seed: int = 42,
   x = np.asarray(x, float)
   if x.ndim != 2 or len(x) < k or k < 1:
     raise ValueError(f"kmeans_pp needs >= k={k} rows of a 2-D array, got shape {x.shape}")
+  # A NaN row has no distance to anything: it would join an arbitrary cluster and turn that
+  # centroid NaN, so a non-finite x is an error, not a point.
+  if not np.all(np.isfinite(x)):
+    raise ValueError(f"x must be finite; got {int(np.sum(~np.isfinite(x)))} non-finite values")
   rng = np.random.default_rng(seed)
   centers = [x[rng.integers(len(x))]]
   for _ in range(1, k):

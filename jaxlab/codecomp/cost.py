@@ -163,10 +163,30 @@ def critical_entropy(rho: float, vocab_size: int) -> float:
 
 
 def entropy(logits: Float[Array | np.ndarray, "*b v"]) -> Float[Array | np.ndarray, "*b"]:
-  """Entropy in nats of softmax(logits) over the last axis (-inf logits allowed)."""
+  """Entropy in nats of softmax(logits) over the last axis.
+
+  A -inf logit is a token the model rules out (probability 0, no contribution). A row
+  with no distribution, i.e. a NaN logit, a +inf logit or every logit -inf, has entropy
+  NaN: counting it as 0 would make a diverged model look fully confident, so the
+  threshold rule would never give it a placeholder.
+
+  Args:
+    logits: next-token scores, [..., v].
+
+  Returns:
+    [...] entropies in nats, in [0, log v], or NaN for a row with no distribution.
+
+  Example:
+    >>> round(float(entropy(jnp.array([0.0, 0.0, -jnp.inf]))), 4)   # log 2
+    0.6931
+    >>> float(entropy(jnp.array([0.0, jnp.nan])))
+    nan
+  """
   logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
   p = jnp.exp(logp)
-  return -jnp.sum(jnp.where(p > 0, p * logp, 0.0), axis=-1)
+  # p = 0 (a -inf logit) adds 0 * log 0 = 0; a NaN p (the row has no distribution) must
+  # reach the sum, so the guard tests p > 0 and p == 0 separately.
+  return -jnp.sum(jnp.where(p > 0, p * logp, jnp.where(p == 0, 0.0, jnp.nan)), axis=-1)
 
 
 def _check_seq(x, length, name):

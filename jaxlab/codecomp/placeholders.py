@@ -22,6 +22,7 @@ import numpy as np
 from jax import Array
 from jaxtyping import Bool, Float, Int
 
+from jaxlab import validation
 from jaxlab.codecomp.cost import PLACEHOLDER
 
 _TAB_STOP = re.compile(r"\$\{\d+\}")
@@ -96,10 +97,25 @@ def threshold_placeholders(tokens: Int[Array | np.ndarray, "*b n"],
   Returns:
     `tokens` with `PLACEHOLDER` at the uncertain positions (not yet collapsed;
     `editing_cost` treats runs as one span).
+
+  Raises:
+    ValueError: if concrete `scores` or `threshold` hold a NaN (e.g. the entropy of a
+      diverged model). Traced ones cannot raise: there a NaN score (or threshold) is a
+      placeholder, never a confident guess, since a NaN fails every comparison and
+      `scores > threshold` would silently keep the guess.
+
+  Example:
+    >>> threshold_placeholders(jnp.array([7, 8]), jnp.array([0.1, 2.0]), 1.0).tolist()
+    [7, 0]
   """
   if np.shape(tokens) != np.shape(scores):
     raise ValueError(f"scores must have tokens' shape {np.shape(tokens)}, got {np.shape(scores)}")
-  return jnp.where(jnp.asarray(scores) > threshold, PLACEHOLDER, jnp.asarray(tokens))
+  for name, x in (("scores", scores), ("threshold", threshold)):
+    v = validation.concrete(x)
+    if v is not None and np.any(np.isnan(v)):
+      raise ValueError(f"{name} must not be NaN; got {int(np.sum(np.isnan(v)))} NaN values")
+  certain = jnp.asarray(scores) <= threshold
+  return jnp.where(certain, jnp.asarray(tokens), PLACEHOLDER)
 
 
 def placeholder_target(suggestion, truth, *, min_similarity: float = 0.8,

@@ -5,11 +5,13 @@ Contract (every experiment follows it, `lm` is the reference):
     (`jaxlab.presets.parse_preset`) and sets `config.experiment = "<name>"`;
     `launch.configs.load_config(name, preset)` loads it.
   * `jaxlab/experiments/<name>.py` defines `run(config, workdir) -> dict`. It
-    composes library pieces (training through `jaxlab.train`), resumes from
-    `workdir` (orbax for training, `jaxlab.train.ArmCache` for sweeps), and
-    returns a JSON-serialisable dict that it also writes with
-    `jaxlab.report.write_results(workdir, results)`. `results["report"]` is a
-    `jaxlab.report.ReportRow` as a dict: what the reproduction report shows.
+    declares its arms and measurements on a `jaxlab.study.Study` (arms cached and
+    resumed in `workdir/arms/`, the config's criteria judged, `results.json`
+    written with a `report` row: a `jaxlab.report.ReportRow` as a dict) and
+    composes library pieces: training through `jaxlab.train` (orbax resume, the
+    optimizer from `jaxlab.train.optimizer(config.optimizer, ...)`), evaluation and
+    data from the areas. It returns what it wrote. (Rows not yet ported build the
+    same skeleton by hand: `ArmCache`, `judge_all`, `ReportRow`, `write_results`.)
   * No experiment imports another experiment.
 """
 

@@ -2,7 +2,7 @@
 
 Claims under test (Zhang et al., ICML 2026, spec: systems.md Sec. 1), declared
 as criteria in `configs/ebplus.py` and judged on paired workload seeds by
-`jaxlab.report.judge_all`:
+`jaxlab.study.Study`:
   * Fig. 4: EB beats MB on RTX PRO 6000 in all three synthetic workloads
     (prefill-heavy +41.9%), and H200 is within a few percent;
   * Table 4: EB+ equals MB at low concurrency and EB at high concurrency;
@@ -13,200 +13,37 @@ as criteria in `configs/ebplus.py` and judged on paired workload seeds by
     JAX engine (`jaxlab.serving.engine`) with its own step model calibrated on
     this machine, against always predicting MB.
 
-The simulated sections run on the physics roofline (`cost.RooflineModel`);
-EB and EB+ decide with the linear model fitted to it by the paper's
-calibration sweep, so a gain is measured outside the model EB+ decides with
-(`sim.backend="linear"` runs the old in-model variant). What is true by
+The simulated sections (`jaxlab.serving.sections`, one arm per workload seed)
+run on the physics roofline (`cost.RooflineModel`); EB and EB+ decide with the
+linear model fitted to it by the paper's calibration sweep, so a gain is
+measured outside the model EB+ decides with (`sim.backend="linear"` runs the
+old in-model variant). What is true by
 construction (the crossover shares b was refitted to hit, the crossover share
 of the fit EB+ sees) is reported as a `Fact`.
 """
 
-import dataclasses
+import functools
 import math
-import os
-import time
 from typing import Any
 
 import ml_collections
 import numpy as np
 
-from jaxlab import report, train
-from jaxlab.presets import config_seeds
-from jaxlab.serving import cost, simulator, solver
-from jaxlab.serving import schedulers as S
-from jaxlab.serving import workload as W
+from jaxlab import report
 from jaxlab.serving.engine_grid import run_engine_grid
+from jaxlab.serving.sections import (
+    BACKENDS,
+    GPUS,
+    WORKLOADS,
+    crossover_shares,
+    gpu_models,
+    run_seed,
+    table4_ablation,
+    table4_summary,
+)
+from jaxlab.study import Study
 
-GPUS = {
-    "H200": (cost.H200_QWEN3_8B, cost.H200_SPEC, 0.8),
-    "RTX PRO 6000": (cost.RTX_PRO_6000_QWEN3_8B, cost.RTX_PRO_6000_SPEC, 0.2),
-}
-# The authors' calibrations before the interference refit.
-SHIPPED = {"H200": cost.H200_QWEN3_8B_SHIPPED, "RTX PRO 6000": cost.RTX_PRO_6000_QWEN3_8B_SHIPPED}
-WORKLOADS = (W.DECODE_HEAVY, W.BALANCED, W.PREFILL_HEAVY)
-BACKENDS = ("roofline", "linear")
-KINDS = ("MB", "EB", "EB+")
-# Paper values (Fig. 4 RPS v1 -> EB); only printed next to ours.
-PAPER_FIG4_EB_GAIN = {("RTX PRO 6000", "decode-heavy"): 6.1 / 5.3 - 1,
-                      ("RTX PRO 6000", "balanced"): 9.2 / 7.7 - 1,
-                      ("RTX PRO 6000", "prefill-heavy"): 0.419,
-                      ("H200", "decode-heavy"): 13.8 / 14.0 - 1, ("H200", "balanced"): 20.5 / 20.3 - 1,
-                      ("H200", "prefill-heavy"): 28.5 / 28.2 - 1}
-
-
-def gpu_models(gpu: str, sim: ml_collections.ConfigDict) -> tuple[cost.LinearStepModel, Any]:
-  """(the step model EB / EB+ decide with, the backend that prices the steps) for one GPU.
-
-  "roofline": the backend is the physics roofline with `sim.roofline_kappa`, and
-  the schedulers get the linear model fitted to its calibration sweep (what the
-  paper does on a real GPU). "linear": both are the shipped calibration with b
-  refitted to the paper's crossover share (the gain is then measured inside the
-  schedulers' own model).
-  """
-  if sim.backend not in BACKENDS:
-    raise ValueError(f"sim.backend must be one of {BACKENDS}, got {sim.backend!r}")
-  m, hw, _ = GPUS[gpu]
-  if sim.backend == "linear":
-    return m, m
-  backend = cost.RooflineModel(hw, kappa=sim.roofline_kappa)
-  return cost.calibrate_roofline(backend), backend
-
-
-def _schedulers(model, sim, capacity):
-  def make(kind):
-    mb = S.MBScheduler(sim.max_num_seqs, sim.token_budget)
-    eb = S.EBScheduler(model, sim.max_num_seqs, sim.token_budget, capacity=capacity, eps=sim.eps,
-                       ifr=sim.ifr, n_form=sim.n_form)
-    if kind == "MB":
-      return mb
-    if kind == "EB":
-      return eb
-    return S.EBPlusScheduler(model, mb, eb, delta=sim.delta, n_obs_up=sim.n_obs_up,
-                             n_obs_down=sim.n_obs_down, crossover_theta=sim.crossover_theta)
-  return make
-
-
-def _run(make, kind, backend, wl, sim, capacity, seed, **kw):
-  return simulator.simulate(make(kind), backend, wl, capacity=capacity, seed=seed, mb_share=sim.mb_share,
-                            **kw)
-
-
-def _run_steady(make, kind, backend, wl, sim, capacity, seed, *, concurrency, num_requests):
-  """Steady-state throughput: `num_requests` completions measured after a warm-up of
-  `sim.warmup_per_client` x c completions, with the server kept at concurrency c throughout."""
-  warm = int(math.ceil(sim.warmup_per_client * concurrency))
-  return _run(make, kind, backend, wl, sim, capacity, seed, concurrency=concurrency,
-              num_requests=num_requests + warm, warmup_requests=warm, keep_loaded=True)
-
-
-def crossover_shares(sim: ml_collections.ConfigDict) -> dict[str, dict[str, float]]:
-  """Crossover decode shares: the refit paper calibrations, the shipped ones, and the fit EB+ sees."""
-  shares = {}
-  for g, (m, _, target) in GPUS.items():
-    seen, _ = gpu_models(g, sim)
-    shares[g] = {"calibrated": cost.crossover_share(m), "target": target,
-                 "shipped": cost.crossover_share(SHIPPED[g]), "scheduler_model": cost.crossover_share(seen)}
-  return shares
-
-
-def fig4_table4(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
-  """Fig. 4's workloads and Table 4's load sweep, MB / EB / EB+ per GPU, one workload seed."""
-  fig4, table4 = {}, {}
-  for g, (_, hw, _) in GPUS.items():
-    model, backend = gpu_models(g, sim)
-    cap = cost.kv_capacity_tokens(hw, memory_utilization=sim.memory_utilization)
-    make = _schedulers(model, sim, cap)
-    for wl in WORKLOADS:
-      row = {k: _run_steady(make, k, backend, wl, sim, cap, seed, concurrency=sim.fig4_concurrency,
-                            num_requests=sim.num_requests) for k in KINDS}
-      th = {k: float(v.throughput) for k, v in row.items()}
-      theta0 = solver.theta_cfr(model, 1.0 / wl.mu_o)
-      pred = solver.crossover(model, wl.mu_l, wl.mu_o, float(row["EB+"].mean_occupancy), theta0)
-      fig4[f"{g}/{wl.name}"] = {
-          "throughput": th, "rps": {k: float(v.rps) for k, v in row.items()},
-          "eb_over_mb": th["EB"] / th["MB"], "ebplus_over_best": th["EB+"] / max(th["MB"], th["EB"]),
-          "paper_eb_gain": PAPER_FIG4_EB_GAIN[(g, wl.name)], "theta0": theta0,
-          "crossover_eb_wins": pred.eb_wins, "preemptions": {k: v.preemptions for k, v in row.items()}}
-    for c in sim.table4_concurrency:
-      table4[f"{g}/c={c}"] = _table4_cell(make, backend, sim, cap, seed, c)
-  return {"fig4": fig4, "table4": table4}
-
-
-def table5(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
-  """Table 5: whole-run throughput under distribution and concurrency shifts, one workload seed."""
-  out = {}
-  n_ph = sim.table5_requests_per_phase
-  dist = [W.Phase(W.PREFILL_HEAVY, sim.table5_concurrency, n_ph), W.Phase(W.BALANCED, sim.table5_concurrency, n_ph),
-          W.Phase(W.DECODE_HEAVY, sim.table5_concurrency, n_ph)]
-  conc = [W.Phase(W.TABLE4, c, n_ph) for c in sim.table5_concurrency_phases]
-  for g, (_, hw, _) in GPUS.items():
-    model, backend = gpu_models(g, sim)
-    cap = cost.kv_capacity_tokens(hw, memory_utilization=sim.memory_utilization)
-    make = _schedulers(model, sim, cap)
-    for name, phases in (("distribution", dist), ("concurrency", conc)):
-      th = {k: float(_run(make, k, backend, phases, sim, cap, seed, warmup_frac=0.0).overall_throughput)
-            for k in KINDS}
-      out[f"{g}/{name}"] = {"throughput": th, "ebplus_over_mb": th["EB+"] / th["MB"]}
-  return out
-
-
-def bandwidth_sweep(sim: ml_collections.ConfigDict, sw: ml_collections.ConfigDict,
-                    seed: int) -> list[dict[str, Any]]:
-  """MB vs EB on the roofline backend as HBM bandwidth grows (H200 otherwise), one workload seed."""
-  sweep = []
-  for bw in sw.bandwidths_tbs:
-    hw = dataclasses.replace(cost.H200_SPEC, bandwidth=bw * 1e12, name=f"H200@{bw:g}TB/s")
-    backend = cost.RooflineModel(hw, kappa=sw.kappa)
-    lm = cost.calibrate_roofline(backend)
-    cap = cost.kv_capacity_tokens(hw, memory_utilization=sim.memory_utilization)
-    make = _schedulers(lm, sim, cap)
-    th = {k: float(_run_steady(make, k, backend, W.BALANCED, sim, cap, seed,
-                               concurrency=sw.concurrency, num_requests=sw.num_requests).throughput)
-          for k in ("MB", "EB")}
-    sweep.append({"bandwidth_tbs": bw, "throughput": th, "eb_over_mb": th["EB"] / th["MB"],
-                  "crossover_share": cost.crossover_share(lm)})
-  return sweep
-
-
-def _table4_cell(make, backend, sim, capacity, seed, concurrency) -> dict:
-  """MB / EB / EB+ steady-state throughput on Table 4's workload at one concurrency."""
-  th = {k: float(_run_steady(make, k, backend, W.TABLE4, sim, capacity, seed, concurrency=concurrency,
-                             num_requests=sim.num_requests).throughput) for k in KINDS}
-  return {"throughput": th, "ebplus_over_mb": th["EB+"] / th["MB"],
-          "ebplus_over_eb": th["EB+"] / th["EB"],
-          "ebplus_over_best": th["EB+"] / max(th["MB"], th["EB"])}
-
-
-def table4_ablation(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
-  """Prop. 4 at Table 4's workload for the paper's calibrations (refit and shipped b).
-
-  With b refitted to r-dagger = 0.8, H200's left side is negative, so the
-  crossover picks MB at every N. With `sim.table4_shipped`, Table 4 is also
-  simulated in-model on the shipped H200 calibration (r-dagger 0.365).
-  """
-  wl, n = W.TABLE4, sim.max_num_seqs
-  cross = {}
-  for g, (m, _, _) in GPUS.items():
-    for name, model in (("refit", m), ("shipped", SHIPPED[g])):
-      x = solver.crossover(model, wl.mu_l, wl.mu_o, n, solver.theta_cfr(model, 1.0 / wl.mu_o))
-      cross[f"{g}/{name}"] = {"left_us": x.left * 1e6, "right_us": x.right * 1e6,
-                              "eb_wins": x.eb_wins, "crossover_share": cost.crossover_share(model)}
-  runs = {}
-  if sim.table4_shipped:
-    m = SHIPPED["H200"]
-    cap = cost.kv_capacity_tokens(cost.H200_SPEC, memory_utilization=sim.memory_utilization)
-    make = _schedulers(m, sim, cap)
-    for c in sim.table4_concurrency:
-      runs[f"H200 shipped/c={c}"] = _table4_cell(make, m, sim, cap, seed, c)
-  return {"table4_crossover": cross, "table4_shipped": runs}
-
-
-def run_seed(config: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
-  """Every simulated section for one workload seed."""
-  out = fig4_table4(config.sim, seed)
-  out["table5"] = table5(config.sim, seed)
-  out["bandwidth_sweep"] = bandwidth_sweep(config.sim, config.sweep, seed)
-  return out
+__all__ = ["GPUS", "WORKLOADS", "facts", "gpu_models", "measure", "run", "run_seed"]
 
 
 def _nan_if_failed(fn, seed: int) -> dict[str, Any] | None:
@@ -280,10 +117,8 @@ def _mean(xs) -> float:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """Runs every section per seed (one `ArmCache` arm per seed) and judges the declared criteria."""
-  t_start = time.time()
-  os.makedirs(workdir, exist_ok=True)
-  sim, seeds = config.sim, config_seeds(config)
+  """Runs every section per seed (one `Study` arm per seed) and judges the declared criteria."""
+  sim = config.sim
   if sim.backend not in BACKENDS:
     raise ValueError(f"sim.backend must be one of {BACKENDS}, got {sim.backend!r}")
   # Table 4's criteria compare the lowest with the highest concurrency and the bandwidth one
@@ -295,39 +130,31 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   if len(set(config.sweep.bandwidths_tbs)) < 2:
     raise ValueError(f"sweep.bandwidths_tbs needs >= 2 distinct bandwidths, got "
                      f"{tuple(config.sweep.bandwidths_tbs)}")
-  cache = train.ArmCache(workdir)
-  key = train.config_hash(sim, config.sweep, config.engine)
-  per_seed, laps = [], {}
-  for s in seeds:
-    t0 = time.time()
-    per_seed.append(cache.get_or_run(f"seed_{s}", train.config_hash(key, s),
-                                     lambda s=s: _nan_if_failed(lambda: run_seed(config, s), s)))
-    laps[f"seed_{s}"] = time.time() - t0
+  study = Study(config, workdir, key=(sim, config.sweep, config.engine, config.seed),
+                total=len(config.seeds) + bool(config.engine.enabled))
+  seeds = study.seeds
+  runs = study.arms({f"seed_{s}": functools.partial(_nan_if_failed, functools.partial(
+      run_seed, config, s), s) for s in seeds})
+  per_seed = [runs[f"seed_{s}"] for s in seeds]
   if config.engine.enabled:
     # One compiled engine and one calibration on this machine; the grid runs once per workload
     # seed. A seed whose simulated sections failed keeps its engine result.
-    t0 = time.time()
-    engine = cache.get_or_run("engine", train.config_hash(config.engine, config.seed, seeds),
-                              lambda: run_engine_grid(config.engine, config.seed, workload_seeds=seeds))
-    laps["engine"] = time.time() - t0
+    engine = study.arm("engine", lambda: run_engine_grid(config.engine, config.seed,
+                                                         workload_seeds=seeds), seeds)
     for s, e in zip(per_seed, engine["per_seed"], strict=True):
       s["engine"] = e
   else:
     engine = {"status": "not measured"}
   shares = crossover_shares(sim)
   ablation = table4_ablation(sim, seeds[0])
-  verdict, results = report.judge_all(config.criteria, measure(per_seed, config))
+  study.judge(measure(per_seed, config))
   fact_list = facts(shares, sim)
 
   ok = [s for s in per_seed if "failed" not in s]
   first = ok[0] if ok else None
-  plots = []
   if first is not None:
-    try:
-      plots.append(report.save_plot(workdir, "table4.png", lambda ax: _plot_table4(ax, ok, sim)))
-      plots.append(report.save_plot(workdir, "bandwidth_sweep.png", lambda ax: _plot_sweep(ax, ok)))
-    except ImportError:
-      pass
+    study.plot("table4.png", lambda ax: _plot_table4(ax, ok, sim))
+    study.plot("bandwidth_sweep.png", lambda ax: _plot_sweep(ax, ok))
 
   def avg(fn):
     return _mean([fn(s) for s in ok])
@@ -354,45 +181,26 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       f"(paper +37.5%); EB gain by bandwidth {config.sweep.bandwidths_tbs} TB/s: "
       + ", ".join(f"{g:+.1%}" for g in bw_gains) + ". "
       + (f"Failed seeds (counted as missing): {'; '.join(failed)}. " if failed else "")
-      + _table4_summary(ablation, min(sim.table4_concurrency), max(sim.table4_concurrency))
+      + table4_summary(ablation, min(sim.table4_concurrency), max(sim.table4_concurrency))
       + _engine_summary([s.get("engine") for s in per_seed])
       + "jaxlab interpretations: MB steps priced at the recent decode share; occupancy EMA weights; "
       "roofline kappa fixed (0.8/0.2 unreachable by the roofline fit); engine EB+ evaluation period "
       "and occupancy floor scaled down to the tiny runs.")
-  row = report.ReportRow(
+  return study.finish(
       method="EB / EB+ batching (threshold-based exclusive batching)",
       paper_claim="EB+ matches the better of MB/EB at every load (within ~0.5%); EB gains where "
                   "MB interference is high (RTX prefill-heavy +41.9%); Table 5 EB+ over v1 +37.5% (RTX); "
                   "the gain falls with bandwidth; Prop. 4 predicts the faster mode",
       baseline=f"MB (vLLM v1 chunked prefill): RTX prefill-heavy {mb_pf:.0f} tok/s (roofline)",
       ours=f"EB {rtx_pf:+.1%} on RTX prefill-heavy; EB+ worst gap {worst:+.2%}; Table 5 RTX EB+ {rtx_t5:+.1%}",
-      verdict=verdict, details=details, plots=tuple(plots), criteria=results, facts=fact_list)
-  res: dict[str, Any] = {
-      "experiment": "ebplus", "preset": config.preset, "seeds": seeds, "config": config.to_dict(),
-      "per_seed": per_seed, "crossover_shares": shares, **ablation,
-      "fig4": first["fig4"] if first else {}, "table4": first["table4"] if first else {},
-      "table5": first["table5"] if first else {},
-      "bandwidth_sweep": first["bandwidth_sweep"] if first else [],
-      "engine": {k: v for k, v in engine.items() if k != "per_seed"},
-      "criteria": [dataclasses.asdict(r) for r in results],
-      "facts": [dataclasses.asdict(f) for f in fact_list],
-      "seed_seconds": laps, "report": dataclasses.asdict(row), "wall_seconds": time.time() - t_start}
-  report.write_results(workdir, res)
-  return res
-
-
-def _table4_summary(ablation: dict, c_lo: int, c_hi: int) -> str:
-  cross, runs = ablation["table4_crossover"], ablation["table4_shipped"]
-  r, sh = cross["H200/refit"], cross["H200/shipped"]
-  out = (f"Paper calibrations at Table 4's workload, Prop. 4 at N=max_num_seqs: H200 left {r['left_us']:+.2f} vs "
-         f"right {r['right_us']:.2f} us/token with b refitted (r-dagger {r['crossover_share']:.2f}: MB at "
-         f"every N), left {sh['left_us']:+.2f} vs {sh['right_us']:.2f} with the shipped b (r-dagger "
-         f"{sh['crossover_share']:.2f})")
-  lo, hi = runs.get(f"H200 shipped/c={c_lo}"), runs.get(f"H200 shipped/c={c_hi}")
-  if lo and hi:
-    out += (f"; simulated in-model on the shipped H200 model, EB+ vs MB at c={c_lo} "
-            f"{lo['ebplus_over_mb'] - 1:+.2%}, EB+ vs EB at c={c_hi} {hi['ebplus_over_eb'] - 1:+.2%}")
-  return out + ". "
+      details=details, facts=fact_list,
+      results={
+          "experiment": "ebplus", "preset": config.preset, "seeds": seeds, "config": config.to_dict(),
+          "per_seed": per_seed, "crossover_shares": shares, **ablation,
+          "fig4": first["fig4"] if first else {}, "table4": first["table4"] if first else {},
+          "table5": first["table5"] if first else {},
+          "bandwidth_sweep": first["bandwidth_sweep"] if first else [],
+          "engine": {k: v for k, v in engine.items() if k != "per_seed"}})
 
 
 def _engine_summary(engs: list[dict | None]) -> str:

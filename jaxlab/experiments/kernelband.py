@@ -5,10 +5,11 @@ Every method (`jaxlab.autotune.benchmark.METHODS`) tunes every task (op, shape,
 device) from the default config with the same budget, under the tile-roofline
 cost model with 3 % timing noise; seeds are paired across methods (each
 (task, seed) has one random stream). The best measured config after T
-proposals is scored on noise-free times against the exhaustive oracle. Methods
-resume through `jaxlab.train.ArmCache`. KernelBand's best configs for the two
-Pallas kernels (FP4 dequant-matmul, grouped matmul) are written to
-`workdir/tuning.json`, the table `pallas_kernels.tuning` reads.
+proposals is scored on noise-free times against the exhaustive oracle. Each
+method is an arm of a `jaxlab.study.Study` (cached, so a rerun resumes).
+KernelBand's best configs for the two Pallas kernels (FP4 dequant-matmul,
+grouped matmul) are written to `workdir/tuning.json`, the table
+`pallas_kernels.tuning` reads.
 
 Interpretation readings: the parent rule (`config.kernelband.parent_rule`)
 decides the verdict, so the methods that draw parents by it (KernelBand and its
@@ -17,18 +18,14 @@ no-mask and K = 1 ablations) are rerun at each reading of
 depend on it. The default reading is the authors' code.
 """
 
-import dataclasses
 import json
 import os
-import time
 
 import numpy as np
 
-import jaxlab.report
-import jaxlab.train
-from jaxlab.autotune import benchmark, cost_model, kernelband, proposers, space, timing
-from jaxlab.presets import config_seeds, split_names
-from pallas_kernels import tuning
+from jaxlab.autotune import benchmark, cost_model, space
+from jaxlab.presets import split_names
+from jaxlab.study import Study
 from pallas_kernels.fp4 import ops as fp4_ops
 from pallas_kernels.moe import ops as moe_ops
 
@@ -87,32 +84,7 @@ def _measure(summ: dict, methods: list[str], bi: int, default_regret: float) -> 
   return measured
 
 
-def _tuning_table(tasks, kb: dict, budget: int, seed: int, noise: float) -> tuning.TuningTable:
-  ev, prop = cost_model.CostModelEvaluator(noise), proposers.LocalProposer()
-  table = tuning.TuningTable()
-  for ti, task in enumerate(tasks):
-    if task.op in _TUNING_OPS:
-      res = kernelband.run_search(task, benchmark.make_policy(METHOD, kb), ev, prop,
-                                  budget=budget, seed=seed * 1000 + ti)
-      table.add(_TUNING_OPS[task.op], task.shape, task.dtype,
-                cost_model.get_device(task.device).device_kind, res.best_after(budget))
-  return table
-
-
-def _timing_demo(cfg, kb: dict) -> dict:
-  task = space.Task(cfg.op, tuple(cfg.shape), cfg.dtype, "cpu")
-  ev = timing.TimingEvaluator(repeats=cfg.repeats)
-  res = kernelband.run_search(task, benchmark.make_policy(METHOD, kb), ev,
-                              proposers.LocalProposer(), budget=cfg.budget, seed=0)
-  best = res.best_after(cfg.budget)
-  best_time = min([res.default.time] + [t.time for t in res.trials if t.ok])
-  return dict(task=task.name, default=res.default.config.to_dict(),
-              default_seconds=res.default.time, best=best.to_dict(), best_seconds=best_time,
-              speedup=res.default.time / best_time,
-              valid=int(sum(t.ok for t in res.trials)), trials=len(res.trials))
-
-
-def _plot(workdir, summ, methods, budgets):
+def _plot(study, summ, methods, budgets):
   def draw(ax):
     for m in methods:
       r = np.asarray(summ[m]["regret"])
@@ -122,15 +94,12 @@ def _plot(workdir, summ, methods, budgets):
     ax.set_yscale("log")
     ax.set_title("KernelBand vs baselines / ablations (cost model)")
     ax.legend(fontsize=7)
-  return jaxlab.report.save_plot(workdir, "kernelband_regret.png", draw)
+  return study.plot("kernelband_regret.png", draw)
 
 
 def run(config, workdir: str) -> dict:
   """Runs every method (resuming finished ones), writes results.json and tuning.json."""
-  os.makedirs(workdir, exist_ok=True)
-  t0 = time.time()
-  methods, seeds = split_names(config.methods), config_seeds(config)
-  budgets = [int(b) for b in config.budgets]
+  methods, budgets = split_names(config.methods), [int(b) for b in config.budgets]
   if not methods:
     raise ValueError("config.methods must be non-empty")
   if config.criteria_budget not in budgets:
@@ -141,6 +110,10 @@ def run(config, workdir: str) -> dict:
   for m in methods:  # a clear error for an unknown name or reading, before any work
     for r in [kb["parent_rule"], *readings]:
       benchmark.make_policy(m, {**kb, "parent_rule": r})
+  # What determines a method's result besides its name (the readings' arms are named apart).
+  study = Study(config, workdir, key=(split_names(config.devices), config.seeds, config.budgets,
+                                      config.noise, config.kernelband))
+  seeds = study.seeds
   tasks = benchmark.default_tasks(tuple(split_names(config.devices)))
   ev = cost_model.CostModelEvaluator(config.noise)
   oracle = {t.name: ev.oracle(t)[1] for t in tasks}
@@ -148,45 +121,41 @@ def run(config, workdir: str) -> dict:
       ev.true_time(t, space.default_config(t, ev.device_kind(t))) / oracle[t.name] - 1.0
       for t in tasks]))
 
-  cache = jaxlab.train.ArmCache(workdir)
-  shared = jaxlab.train.config_hash([t.name for t in tasks], config.seeds, config.budgets,
-                                    config.noise, config.kernelband)
+  def method(m: str, rule: str):
+    return lambda: benchmark.run_method(m, tasks, seeds, budgets, noise=config.noise,
+                                        kb={**kb, "parent_rule": rule}, oracle=oracle)
 
-  def run_arm(m: str, kb_m: dict, name: str, key: str) -> dict:
-    def go():
-      start = time.process_time()
-      r = benchmark.run_method(m, tasks, seeds, budgets, noise=config.noise, kb=kb_m,
-                               oracle=oracle)
-      return dict(r, cpu_seconds=time.process_time() - start)
-    return cache.get_or_run(name, key, go)
-
-  per_method = {m: run_arm(m, kb, m, jaxlab.train.config_hash(shared, m)) for m in methods}
+  # Every method at the config's parent rule, then the rule's methods at each other reading.
+  arms = {m: method(m, kb["parent_rule"]) for m in methods}
+  arms.update({f"{m}@parent_rule={r}": method(m, r) for r in readings
+               for m in methods if m in _RULE_METHODS})
+  done = study.arms(arms)
+  per_method = {m: done[m] for m in methods}
+  per_reading = {name: res for name, res in done.items() if name not in per_method}
   summ = {m: benchmark.summarize(r) for m, r in per_method.items()}
   bi = budgets.index(int(config.criteria_budget))
   measured = _measure(summ, methods, bi, default_regret)
-  row_verdict, criteria = jaxlab.report.judge_all(config.criteria, measured)
-
+  study.judge(measured)
   knob = "kernelband.parent_rule"
-  interpretations = [jaxlab.report.interpretation(
-      knob, kb["parent_rule"], config.criteria, measured, default=True,
-      source=_RULE_SOURCES[kb["parent_rule"]])]
-  per_reading = {}
+  study.interpretation(knob, kb["parent_rule"], measured, default=True,
+                       source=_RULE_SOURCES[kb["parent_rule"]])
   for r in readings:
     alt = dict(summ)
     for m in (m for m in methods if m in _RULE_METHODS):
-      res = run_arm(m, {**kb, "parent_rule": r}, f"{m}@parent_rule={r}",
-                    jaxlab.train.config_hash(shared, m, "parent_rule", r))
-      per_reading[f"{m}@parent_rule={r}"] = res
-      alt[m] = benchmark.summarize(res)
-    interpretations.append(jaxlab.report.interpretation(
-        knob, r, config.criteria, _measure(alt, methods, bi, default_regret),
-        source=_RULE_SOURCES[r]))
+      alt[m] = benchmark.summarize(per_reading[f"{m}@parent_rule={r}"])
+    study.interpretation(knob, r, _measure(alt, methods, bi, default_regret),
+                         source=_RULE_SOURCES[r])
 
-  table = _tuning_table(tasks, kb, max(budgets), seeds[0], config.noise)
+  table = benchmark.tuning_table(tasks, kb, _TUNING_OPS, budget=max(budgets), seed=seeds[0],
+                                 noise=config.noise)
   tuning_path = os.path.join(workdir, "tuning.json")
   table.save(tuning_path)
-  timing_result = _timing_demo(config.timing, kb) if config.timing.enabled else None
-  plot = _plot(workdir, summ, methods, budgets)
+  timing_result = None
+  if config.timing.enabled:
+    t = config.timing
+    timing_result = benchmark.timing_run(space.Task(t.op, tuple(t.shape), t.dtype, "cpu"), kb,
+                                         budget=t.budget, repeats=t.repeats)
+  _plot(study, summ, methods, budgets)
 
   def cell(m, b):
     s = summ[m]
@@ -205,25 +174,22 @@ def run(config, workdir: str) -> dict:
                f"than the paper's. Parent rule {kb['parent_rule']!r} "
                f"({_RULE_SOURCES[kb['parent_rule']]}), temperature "
                f"{kb['parent_temperature']} over headroom in %; theta_sat {kb['theta_sat']}%.")
-  for i in interpretations[1:]:
+  for i in study.interpretations[1:]:
     lines.append(f"Parent rule {i.reading!r}: row {i.verdict}; {i.mechanism_effect}.")
   if timing_result:
     lines.append(f"CPU timing (XLA blocked equivalent, {timing_result['task']}): KernelBand "
                  f"T = {timing_result['trials']} found {timing_result['speedup']:.2f}x over the "
                  f"default ({1e3 * timing_result['default_seconds']:.2f} -> "
                  f"{1e3 * timing_result['best_seconds']:.2f} ms).")
-  report = jaxlab.report.ReportRow(
+  return study.finish(
       method="KernelBand (bandit kernel autotuning)", paper_claim=PAPER_CLAIM,
       baseline="; ".join(f"{m}: {cell(m, bi)}" for m in benchmark.BASELINES if m in methods)
       or "no baseline run",
       ours=f"{METHOD}: {cell(METHOD, bi)}" if METHOD in methods else "kernelband not run",
-      verdict=row_verdict, details=" ".join(lines), plots=(plot,), criteria=criteria,
-      interpretations=interpretations)
-  results = dict(
-      experiment="kernelband", preset=config.preset, seeds=seeds, methods=methods,
-      budgets=budgets, tasks=[t.name for t in tasks], oracle_seconds=oracle, summary=summ,
-      per_method=per_method, per_reading=per_reading, tuning_file=tuning_path,
-      tuning_entries=len(table), timing=timing_result, seconds=time.time() - t0,
-      config=json.loads(config.to_json_best_effort()), report=dataclasses.asdict(report))
-  jaxlab.report.write_results(workdir, results)
-  return results
+      details=" ".join(lines),
+      results=dict(
+          experiment="kernelband", preset=config.preset, seeds=seeds, methods=methods,
+          budgets=budgets, tasks=[t.name for t in tasks], oracle_seconds=oracle, summary=summ,
+          per_method=per_method, per_reading=per_reading, tuning_file=tuning_path,
+          tuning_entries=len(table), timing=timing_result,
+          config=json.loads(config.to_json_best_effort())))

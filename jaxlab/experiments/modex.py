@@ -19,26 +19,23 @@ seeds' data splits, and a seed's value is its OOD AUROC averaged over the
 training variants and OOD sets (`measure`).
 
 Data, models and metrics are library code (`jaxlab.uq.digits_ood`,
-`jaxlab.uq.classifiers`, `jaxlab.uq.evaluation`). Each completed (variant,
-model) cell is one arm of a `jaxlab.train.ArmCache` in `workdir`, so an
-interrupted run resumes where it stopped.
+`jaxlab.uq.classifiers`, `jaxlab.uq.evaluation`). Each (variant, model) cell
+is one arm of a `jaxlab.study.Study`, cached in `workdir`, so an interrupted run
+resumes where it stopped.
 """
 
-import dataclasses
-import os
-import time
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
 import numpy as np
 
-from jaxlab import report, train
-from jaxlab.presets import config_seeds
+from jaxlab.study import Study, mean_std
 from jaxlab.uq.classifiers import DIRICHLET_MODELS, MODELS, make_model, predict
 from jaxlab.uq.classifiers import train as train_classifier
 from jaxlab.uq.digits_ood import OOD_SETS, VARIANTS, build_datasets, toy_2d
-from jaxlab.uq.evaluation import evaluate, summarise
+from jaxlab.uq.evaluation import train_and_evaluate
 
 __all__ = ["DIRICHLET_MODELS", "MODELS", "OOD_SETS", "VARIANTS", "build_datasets", "make_model",
            "measure", "predict", "run", "toy_2d", "train_classifier"]
@@ -89,20 +86,12 @@ def measure(summary: dict[str, dict[str, dict[str, Any]]],
 # ------------------------------------------------------------------------------- run
 
 
-def _stack_padded(arrays: list[np.ndarray], n_pad: int) -> np.ndarray:
-  out = np.zeros((len(arrays), n_pad) + arrays[0].shape[1:], np.float32)
-  for i, a in enumerate(arrays):
-    out[i, :len(a)] = a
-  return out
-
-
 def _fmt(s: dict[str, float]) -> str:
-  return f"{s['mean']:.3f}+-{s['std']:.3f}"
+  return mean_std(s, sep="+-")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains the four models on every variant and seed; reports UQ metrics and the ordering."""
-  os.makedirs(workdir, exist_ok=True)
   for name in config.models:
     if name not in MODELS:
       raise ValueError(f"config.models: unknown model {name!r}; expected from {MODELS}")
@@ -115,50 +104,20 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                      f"missing {missing}")
   if len(config.seeds) < 2:
     raise ValueError(f"seeds must name at least two seeds (paired SE), got {config.seeds}")
-  seeds = config_seeds(config)  # distinct: a repeated seed would be an identical "pair"
-  t0 = time.time()
-  datasets = [build_datasets(config, s) for s in seeds]
-  n_pad = max(len(d["train"][v][0]) for d in datasets for v in config.variants)
-  cache = train.ArmCache(workdir)
   # Everything that determines a cell besides its (variant, model) name.
-  key = train.config_hash(seeds, config.data, config.model, config.train, config.optimizer,
-                          config.eval.num_bins)
-  cells = {}
-  names = list(datasets[0]["eval"])
-  sizes = [len(datasets[0]["eval"][n]) for n in names]
-  eval_slices = {n: slice(a, a + z) for n, a, z in zip(names, np.cumsum([0] + sizes)[:-1], sizes,
-                                                         strict=True)}
-  x_eval = np.stack([np.concatenate([d["eval"][n] for n in names]) for d in datasets])
-
-  for variant in config.variants:
-    x = _stack_padded([d["train"][variant][0] for d in datasets], n_pad)
-    y = _stack_padded([d["train"][variant][1] for d in datasets], n_pad)
-    n_valid = np.array([len(d["train"][variant][0]) for d in datasets])
-    for kind in config.models:
-
-      def cell(kind=kind, x=x, y=y, n_valid=n_valid):
-        model, params, losses = train_classifier(kind, config, x, y, n_valid, seeds)
-        # One forward pass over all eval sets of all seeds (one shape: compiled once).
-        pred = predict(kind, model, params, x_eval, batched=True)
-        per_seed = []
-        for s, d in enumerate(datasets):
-          preds = {name: pred.take((s, sl)) for name, sl in eval_slices.items()}
-          per_seed.append(evaluate(kind, preds, d["id_labels"], config.eval.num_bins))
-        losses = np.asarray(losses)
-        return {"summary": summarise(per_seed),
-                "final_loss": losses[:, -max(1, len(losses[0]) // 10):].mean(1).tolist(),
-                "loss_curve": losses.mean(0)[:: max(1, losses.shape[1] // 100)].tolist(),
-                "n_train": n_valid.tolist()}
-
-      cells[f"{variant}/{kind}"] = cache.get_or_run(f"{variant}/{kind}", key, cell)
-
+  study = Study(config, workdir, key=(config.seeds, config.data, config.model, config.train,
+                                      config.optimizer, config.eval.num_bins))
+  seeds = study.seeds  # distinct: a repeated seed would be an identical "pair"
+  datasets = [build_datasets(config, s) for s in seeds]
+  cells = study.arms({f"{v}/{m}": functools.partial(train_and_evaluate, m, config, datasets,
+                                                    seeds, v)
+                      for v in config.variants for m in config.models})
   summary = {v: {m: cells[f"{v}/{m}"]["summary"] for m in config.models} for v in config.variants}
-  row_verdict, criteria = report.judge_all(config.criteria,
-                                           measure(summary, config.variants))
+  row_verdict, criteria = study.judge(measure(summary, config.variants))
   head = "standard" if "standard" in config.variants else config.variants[0]
-  plots = (_plot_ood(workdir, summary[head], config.models, head),)
+  _plot_ood(study, summary[head], config.models, head)
   if "ambiguous" in config.variants:
-    plots += (_plot_ambiguity(workdir, summary["ambiguous"]),)
+    _plot_ambiguity(study, summary["ambiguous"])
 
   s = summary[head]
   lines = [f"preset={config.preset}; {len(seeds)} paired seeds {seeds}; variants="
@@ -181,7 +140,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   def mean_auroc(name: str, which: str) -> str:
     v = getattr(by_name[name], f"{which}_mean")
     return "n/a" if v is None else f"{v:.3f}"
-  row = report.ReportRow(
+  return study.finish(
       method="MoDEX (mixture of Dirichlet experts) vs F-EDL / EDL / softmax, digits 0-5",
       paper_claim="OOD detection with EU/MI: MoDEX >= F-EDL > EDL (and softmax), at similar "
                   "accuracy",
@@ -194,18 +153,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
             f"{_fmt(s['modex']['near_ood_auroc_eu'])}, noise "
             f"{_fmt(s['modex']['noise_auroc_eu'])}, permuted "
             f"{_fmt(s['modex']['permuted_auroc_eu'])}; acc {_fmt(s['modex']['accuracy'])}"),
-      verdict=row_verdict,
       details="\n".join(lines),
-      plots=plots,
-      criteria=criteria)
-  results = {"summary": summary, "criteria": [dataclasses.asdict(c) for c in criteria],
-             "facts": [], "verdict": row_verdict, "seeds": seeds, "wall_s": time.time() - t0,
-             "report": dataclasses.asdict(row)}
-  report.write_results(workdir, results)
-  return results
+      results={"summary": summary, "verdict": row_verdict, "seeds": seeds})
 
 
-def _plot_ood(workdir: str, s: dict[str, Any], models: Sequence[str], variant: str) -> str:
+def _plot_ood(study: Study, s: dict[str, Any], models: Sequence[str], variant: str) -> str:
   def draw(ax):
     width = 0.8 / len(models)
     for i, m in enumerate(models):
@@ -220,10 +172,10 @@ def _plot_ood(workdir: str, s: dict[str, Any], models: Sequence[str], variant: s
     ax.set_ylim(0.5, 1.0)
     ax.set_title(f"digits 0-5, {variant} training set")
     ax.legend(fontsize=7, loc="lower right")
-  return report.save_plot(workdir, "modex_ood_auroc.png", draw)
+  return study.plot("modex_ood_auroc.png", draw)
 
 
-def _plot_ambiguity(workdir: str, s: dict[str, Any]) -> str:
+def _plot_ambiguity(study: Study, s: dict[str, Any]) -> str:
   sets = ("id", "ambiguous", "near_ood", "noise")
   fields = ("aleatoric", "epistemic_within", "epistemic_disagreement")
 
@@ -237,4 +189,4 @@ def _plot_ambiguity(workdir: str, s: dict[str, Any]) -> str:
     ax.set_yscale("log")
     ax.set_title("MoDEX uncertainty split, ambiguous variant")
     ax.legend(fontsize=7)
-  return report.save_plot(workdir, "modex_uncertainty_split.png", draw)
+  return study.plot("modex_uncertainty_split.png", draw)

@@ -16,7 +16,6 @@ evaluation seed (seed s: its own held-out windows, decoded in the same batches
 by every routing).
 """
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -26,8 +25,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from jaxlab import data, moe, report
-from jaxlab.presets import config_seeds
+from jaxlab import data, moe
+from jaxlab.study import Study
 from jaxlab.train import lm as train_lm
 
 
@@ -145,11 +144,11 @@ def _mean_table(tables: list[dict]) -> dict:
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains the MoE LM and reports T and val CE per routing and decode batch size."""
-  seeds = tuple(config_seeds(config))
+  study = Study(config, workdir)
   check_eval(config)
   params, corpus = train_moe_lm(config, workdir)
-  tables = evaluate_routings(config, params, corpus.val, seeds)
-  verdict, criteria = report.judge_all(config.criteria, measure(tables, config))
+  tables = evaluate_routings(config, params, corpus.val, tuple(study.seeds))
+  _, criteria = study.judge(measure(tables, config))
   table = _mean_table(tables)
   e, m = config.eval, config.moe
   b, best = int(e.verdict_batch), int(e.criteria_k0)
@@ -176,12 +175,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ax.set_ylabel("val cross-entropy (nats/byte)")
     ax.legend(fontsize=7)
 
-  plots = (report.save_plot(workdir, "oea_T_vs_batch.png", draw_t),
-           report.save_plot(workdir, "oea_ce_vs_T.png", draw_ce))
+  study.plot("oea_T_vs_batch.png", draw_t)
+  study.plot("oea_ce_vs_T.png", draw_ce)
   lines = [f"{label}: " + ", ".join(f"B={x} T={v['T']:.1f} CE={v['ce']:.4f}"
                                     for x, v in sorted(row.items()))
            for label, row in table.items()]
-  row = report.ReportRow(
+  return study.finish(
       method="OEA batch-aware MoE routing (Oncescu et al., ICML 2026)",
       paper_claim=("at decode batch 16, OEA cuts activated experts T (Qwen3-30B: ~48 -> ~25 at "
                    "k0=3, MoE latency -39%) at vanilla accuracy, where pruned top-k0 degrades"),
@@ -189,20 +188,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       ours=(f"OEA k0={best}: T={oea['T']:.1f} ({-100 * t_cut:+.0f}%), "
             f"CE={oea['ce']:.4f} ({100 * ce_increase:+.2f}%); pruned k0={best}: "
             f"T={pruned['T']:.1f}, CE={pruned['ce']:.4f}"),
-      verdict=verdict,
-      details=(f"preset={config.preset}; {config.model.num_layers} layers, d={config.model.d_model}, "
-               f"{m.num_experts} experts of width {m.d_ff}, top-{m.k}, {config.train.num_steps} "
-               f"steps; one trained model, {len(seeds)} evaluation seeds {list(seeds)}, each "
-               f"{e.num_seqs} held-out val windows of {e.seq_len} bytes decoded by every routing "
-               f"in the same batches. Criteria at B={b}, k0={best} (declared): T cut >= "
+      details=(f"preset={config.preset}; {config.model.num_layers} layers, "
+               f"d={config.model.d_model}, {m.num_experts} experts of width {m.d_ff}, top-{m.k}, "
+               f"{config.train.num_steps} steps; one trained model, {len(study.seeds)} evaluation seeds {study.seeds}, "
+               f"each {e.num_seqs} held-out val windows of {e.seq_len} bytes decoded by every "
+               f"routing in the same batches. Criteria at B={b}, k0={best} (declared): T cut >= "
                f"{100 * min_cut:.0f}%, CE <= +{100 * max_increase:.0f}% of vanilla, "
                "CE below pruned top-k0. Seed means: " + " | ".join(lines)),
-      plots=plots, criteria=criteria)
-  results = {"seeds": list(seeds),
-             "table": {k: {str(x): v for x, v in r.items()} for k, r in table.items()},
-             "tables_per_seed": [{k: {str(x): v for x, v in r.items()} for k, r in t.items()}
-                                 for t in tables],
-             "criteria": [dataclasses.asdict(r) for r in criteria],
-             "report": dataclasses.asdict(row)}
-  report.write_results(workdir, results)
-  return results
+      results={"seeds": study.seeds,
+               "table": {k: {str(x): v for x, v in r.items()} for k, r in table.items()},
+               "tables_per_seed": [{k: {str(x): v for x, v in r.items()} for k, r in t.items()}
+                                   for t in tables]})

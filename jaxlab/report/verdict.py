@@ -34,7 +34,7 @@ judges them here with one rule, so no experiment writes its own verdict logic:
   criterion held. Non-primary criteria are reported with their own verdicts and
   never decide the row.
 * Properties true by construction (storage bytes, a value a model was refit
-  to hit) are `Fact`s: reported, never judged.
+  to hit) are facts (`Fact`): reported, never judged.
 
 Missing values: a seed whose method or baseline value is None, NaN or +-Inf is
 not measured; it is dropped from the pair and counted in `n_missing`. A

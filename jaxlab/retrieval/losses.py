@@ -124,7 +124,8 @@ def soft_targets(similarities: Float[Array, "b b"], epsilon: Float[Array, " b"],
   No gradient flows through the targets.
 
   Args:
-    similarities: query-reference cosine similarities, [b, b].
+    similarities: query-reference cosine similarities, [b, b]. A NaN among row i's
+      candidate negatives makes row i's targets NaN (never all on the positive).
     epsilon: per-row softening in [0, 1), [b]; a concrete value outside raises ValueError.
       Traced values are not checked: a NaN eps_i makes row i NaN (only row i; a row
       without any candidate negative keeps its mass on the positive whatever eps_i).
@@ -161,7 +162,7 @@ def soft_targets(similarities: Float[Array, "b b"], epsilon: Float[Array, " b"],
   if candidates is not None:
     allowed = allowed & candidates
   values, idx = jax.lax.top_k(jnp.where(allowed, s, -jnp.inf), num_hard)
-  valid = jnp.isfinite(values)
+  valid = jnp.isfinite(values)  # -inf: a slot with no candidate
   logits = jnp.where(valid, values / temperature, -jnp.inf)
   has_any = valid.any(-1)
   # Rows with no candidate: a dummy softmax (never used, its mass is zeroed below).
@@ -169,4 +170,7 @@ def soft_targets(similarities: Float[Array, "b b"], epsilon: Float[Array, " b"],
   weights = jnp.where(valid, weights, 0.0)
   eps = jnp.where(has_any, eps, 0.0)
   negatives = jnp.einsum("bk,bkj->bj", weights, jax.nn.one_hot(idx, b, dtype=jnp.float32))
-  return (1.0 - eps)[:, None] * jnp.eye(b, dtype=jnp.float32) + eps[:, None] * negatives
+  t = (1.0 - eps)[:, None] * jnp.eye(b, dtype=jnp.float32) + eps[:, None] * negatives
+  # A NaN similarity (top_k ranks it first) fails `isfinite` like an empty slot would: its
+  # row must come out NaN, not with all its mass on the positive.
+  return jnp.where(jnp.any(jnp.isnan(values), -1, keepdims=True), jnp.nan, t)

@@ -72,10 +72,28 @@ def recall_at_k(similarities: npt.ArrayLike, ks: Sequence[int] = (1, 5),
 
 
 def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
-  """Spearman rank correlation of two [n] vectors (average ranks for ties); 0 if one is constant."""
+  """Spearman rank correlation of two [n] vectors (average ranks for ties).
+
+  Args:
+    a: [n] values (n >= 2); +-inf ranks as the extreme it is.
+    b: [n] values.
+
+  Returns:
+    The correlation in [-1, 1]; 0 when a or b is constant (no rank information: no
+    credit), NaN when a or b holds a NaN (a NaN has no rank; ranking it among the
+    others would give a number).
+
+  Example:
+    >>> spearman([1.0, 2.0, 3.0], [10.0, 30.0, 20.0])
+    0.5
+    >>> spearman([1.0, 2.0, float("nan")], [1.0, 2.0, 3.0])
+    nan
+  """
   a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
   if a.shape != b.shape or a.size < 2:
     raise ValueError(f"a and b must be [n] with n >= 2 and equal shapes, got {a.shape}, {b.shape}")
+  if np.isnan(a).any() or np.isnan(b).any():
+    return float("nan")
 
   def rank(x):
     order = np.argsort(x, kind="stable")

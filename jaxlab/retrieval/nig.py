@@ -172,7 +172,9 @@ def attention_statistics(attention: Float[Array, "b t"], *, top_k: int = 2
     top_k: how many of the largest weights the last statistic sums (1 <= top_k <= t).
 
   Returns:
-    [b, 4]; the entropy is divided by log t so every statistic lies in [0, 1].
+    [b, 4]; the entropy is divided by log t so every statistic lies in [0, 1]. A row
+    holding a NaN (or a negative weight) has a NaN entropy, as its other statistics are
+    NaN: a zero weight adds 0 log 0 = 0, nothing else is dropped.
 
   Example:
     >>> attention_statistics(jnp.full((1, 4), 0.25)).round(3).tolist()
@@ -183,7 +185,9 @@ def attention_statistics(attention: Float[Array, "b t"], *, top_k: int = 2
   t = attention.shape[1]
   if not 1 <= top_k <= t:
     raise ValueError(f"top_k must lie in [1, {t}], got {top_k}")
-  entropy = -jnp.sum(jnp.where(attention > 0, attention * jnp.log(attention), 0.0), -1)
+  plogp = jnp.where(attention > 0, attention * jnp.log(attention),
+                    jnp.where(attention == 0, 0.0, jnp.nan))
+  entropy = -jnp.sum(plogp, -1)
   top = jax.lax.top_k(attention, top_k)[0]
   return jnp.stack([entropy / np.log(t), attention.max(-1), attention.std(-1), top.sum(-1)], -1)
 

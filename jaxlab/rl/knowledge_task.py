@@ -198,7 +198,8 @@ def evaluate(model: KnowledgePolicy, params: Any, task: Task,
              task_cfg: TaskConfig) -> Float[Array, "4 5"]:
   """Exact per-bucket metrics of the sampling policy: rows `GROUPS`, columns `METRICS`.
 
-  An empty bucket's row is NaN. PAQ is NaN when the policy never answers.
+  An empty bucket's row is NaN. PAQ is NaN when the policy never answers (F1 is then
+  0: recall is 0). NaN logits give NaN metrics, never an F1 of 0.
   """
   probs = jax.nn.softmax(answer_logits(model, params, task.tokens), axis=-1)
   k = task_cfg.num_answers
@@ -214,7 +215,9 @@ def evaluate(model: KnowledgePolicy, params: Any, task: Task,
     c, u, w = (jnp.where(m, x, 0.0).sum() for x in (p_c, p_u, p_w))
     acc, abst, hall = c / n, u / n, w / n
     paq = jnp.where(c + w > 0, c / (c + w), jnp.nan)
-    f1 = jnp.where(paq + acc > 0, 2 * paq * acc / (paq + acc), 0.0)
+    # paq + acc > 0 is False for NaN too: only a finite acc may take the 0 branch.
+    f1 = jnp.where(paq + acc > 0, 2 * paq * acc / (paq + acc),
+                   jnp.where(jnp.isnan(acc), jnp.nan, 0.0))
     row = jnp.stack([acc, abst, hall, paq, f1])
     rows.append(jnp.where(n > 0, row, jnp.nan))
   return jnp.stack(rows)

@@ -26,7 +26,15 @@ a jaxlab interpretation, following the jaxlab plan):
     during the preceding `settle * T` steps; nAUC(drift) = mean n over
     evaluations whose level changed during the preceding `drift_window * T`
     steps.
+
+NaN rule: a NaN (or +-inf) evaluation in `curve` leaves no metric of the run
+defined, so every number `drift_metrics` returns is then NaN (and no event
+counts as recovered); a comparison such as `sm >= target` must not skip it and
+report a finite recovery time. Drift levels and the window knobs are inputs,
+not measurements: non-finite ones raise ValueError.
 """
+
+import math
 
 import numpy as np
 
@@ -38,9 +46,27 @@ def normalize(returns, low: float | int, high: float | int) -> np.ndarray:
   return (np.asarray(returns, np.float64) - low) / (high - low)
 
 
-def change_points(levels, min_jump: float = 0.5) -> list[int]:
-  """Steps t where |level[t] - level[t-1]| > min_jump (abrupt changes)."""
+def _levels(levels) -> np.ndarray:
   z = np.asarray(levels, np.float64)
+  if z.ndim != 1 or not np.all(np.isfinite(z)):
+    raise ValueError(f"levels must be a finite 1-D array, got shape {z.shape} with "
+                     f"{int(np.sum(~np.isfinite(z)))} non-finite values")
+  return z
+
+
+def change_points(levels, min_jump: float = 0.5) -> list[int]:
+  """Steps t where |level[t] - level[t-1]| > min_jump (abrupt changes).
+
+  Raises ValueError for non-finite `levels` (a NaN jump would never count) or a
+  `min_jump` that is not a finite number >= 0.
+
+  Example:
+    >>> change_points([0.0, 0.0, 1.0, 1.0, 0.0])
+    [2, 4]
+  """
+  if not (math.isfinite(min_jump) and min_jump >= 0):
+    raise ValueError(f"min_jump must be a finite number >= 0, got {min_jump!r}")
+  z = _levels(levels)
   return [int(i) for i in np.nonzero(np.abs(np.diff(z)) > min_jump)[0] + 1]
 
 
@@ -66,11 +92,25 @@ def drift_metrics(steps, curve, levels, *, pre_window: float = 0.05,
     dict with "events" (one dict per change point: step, n_pre, degradation,
     recovery_pct, recovered), "degradation" and "recovery_pct" (means over
     events, NaN without events; "degradation" is also NaN when an event has
-    `n_pre == 0`), "nauc_steady", "nauc_drift".
+    `n_pre == 0`), "nauc_steady", "nauc_drift". Every number is NaN (and no
+    event recovered) when `curve` holds a non-finite value (module docstring).
+
+  Raises:
+    ValueError: on mismatched shapes, non-finite `levels`, or a window knob
+      that is not finite and in range (`pre_window`, `settle`, `drift_window`
+      >= 0, `threshold` in [0, 1], `smooth` >= 1).
   """
+  for name, v in (("pre_window", pre_window), ("settle", settle), ("drift_window", drift_window),
+                  ("threshold", threshold)):
+    if not (math.isfinite(v) and v >= 0):
+      raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+  if threshold > 1:
+    raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")
+  if int(smooth) != smooth or smooth < 1:
+    raise ValueError(f"smooth must be an integer >= 1, got {smooth!r}")
   steps = np.asarray(steps, np.int64)
   curve = np.asarray(curve, np.float64)
-  levels = np.asarray(levels, np.float64)
+  levels = _levels(levels)
   if steps.shape != curve.shape or steps.ndim != 1:
     raise ValueError(f"steps and curve must be 1-D of equal length, got "
                      f"{steps.shape} and {curve.shape}")
@@ -105,6 +145,12 @@ def drift_metrics(steps, curve, levels, *, pre_window: float = 0.05,
   def mean(x):
     return float(x.mean()) if x.size else float("nan")
 
+  if not np.all(np.isfinite(curve)):
+    nan = float("nan")
+    events = [dict(e, n_pre=nan, degradation=nan, recovery_pct=nan, recovered=False)
+              for e in events]
+    return dict(events=events, degradation=nan, recovery_pct=nan, nauc_steady=nan,
+                nauc_drift=nan)
   return dict(
       events=events,
       degradation=mean(np.array([e["degradation"] for e in events])),

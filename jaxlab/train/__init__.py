@@ -1,5 +1,5 @@
-"""Training core: state, jitted step, orbax resume, metrics, meshes, schedules, caches,
-compiling ahead, the process's malloc policy.
+"""Training core: the one optimizer builder (`optimizer`), state, jitted step, orbax resume,
+metrics, meshes, schedules, caches, compiling ahead, the process's malloc policy.
 
 `jaxlab.train.lm` (the byte-LM recipe: `train_lm`, `pretrained`, ...) imports
 flax and the data loaders, so it is imported on its own: `from jaxlab.train import lm`.
@@ -20,6 +20,7 @@ from jaxlab.train.mesh import (
     use_cpu_devices,
 )
 from jaxlab.train.metrics import MetricWriter, progress, read_metrics
+from jaxlab.train.optimizers import optimizer
 from jaxlab.train.progress_display import Progress
 from jaxlab.train.schedules import make_schedule, warmup_cosine
 from jaxlab.train.state import TrainState, create_train_state, make_train_step
@@ -38,6 +39,7 @@ __all__ = [
     "check_config", "check_or_write_fingerprint", "check_workdir_path", "config_fingerprint",
     "config_hash",
     "create_train_state", "fsdp_sharding", "make_mesh", "make_schedule", "make_train_step",
+    "optimizer",
     "progress", "read_metrics", "replicated", "reuse_freed_memory", "state_sharding", "train_loop",
     "use_cpu_devices", "warmup_cosine",
 ]

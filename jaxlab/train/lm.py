@@ -22,10 +22,8 @@ from jaxlab import data
 from jaxlab.nn import Transformer, TransformerConfig
 from jaxlab.train import mesh as mesh_lib
 from jaxlab.train.loop import train_loop
-from jaxlab.train.schedules import make_schedule
+from jaxlab.train.optimizers import optimizer
 from jaxlab.train.state import create_train_state, make_train_step
-
-OPTIMIZERS = {"adamw": optax.adamw}
 
 # The sections of a config that determine the trained base model.
 LM_SECTIONS = ("seed", "data", "model", "train", "optimizer", "mesh")
@@ -37,14 +35,8 @@ def make_model(config: ml_collections.ConfigDict, **overrides: Any) -> Transform
 
 
 def make_optimizer(config: ml_collections.ConfigDict, num_steps: int) -> optax.GradientTransformation:
-  """Clipped AdamW on `config.optimizer`'s schedule (default warmup + cosine to 0.1x)."""
-  opt = config.optimizer
-  if opt.name not in OPTIMIZERS:
-    raise ValueError(f"Unknown optimizer {opt.name!r}; expected one of {sorted(OPTIMIZERS)}")
-  return optax.chain(
-      optax.clip_by_global_norm(opt.grad_clip),
-      OPTIMIZERS[opt.name](make_schedule(opt, num_steps), b1=opt.b1, b2=opt.b2,
-                           weight_decay=opt.weight_decay))
+  """`jaxlab.train.optimizer(config.optimizer, num_steps)`, for callers not yet ported to it."""
+  return optimizer(config.optimizer, num_steps)
 
 
 def next_byte_loss(model: Transformer):
@@ -77,7 +69,7 @@ def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transfor
       is logged every `train.eval_every` steps when that key exists).
     workdir: checkpoints and metrics.
     model: the decoder (default `make_model(config)`), e.g. with an MoE FFN.
-    tx: the optimizer (default `make_optimizer`).
+    tx: the optimizer (default `jaxlab.train.optimizer(config.optimizer, train.num_steps)`).
     loss_fn: `loss(params, batch, rng) -> (loss, metrics)` (default
       `next_byte_loss(model)`), e.g. adding an auxiliary loss.
 
@@ -87,7 +79,7 @@ def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transfor
   corpus = data.load_corpus(max_bytes=config.data.max_bytes, val_fraction=config.data.val_fraction)
   model = model or make_model(config)
   t = config.train
-  tx = tx or make_optimizer(config, t.num_steps)
+  tx = tx or optimizer(config.optimizer, t.num_steps)
 
   mesh = mesh_lib.make_mesh({k: config.mesh[k] for k in mesh_lib.AXES})
   shards = mesh.shape["data"] * mesh.shape["fsdp"]

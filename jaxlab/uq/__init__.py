@@ -39,6 +39,7 @@ from jaxlab.uq._metrics import (
     misclassification_auroc,
     ood_aupr,
     ood_auroc,
+    top1_correct,
 )
 from jaxlab.uq._modex import (
     MoDEXHead,
@@ -58,5 +59,5 @@ __all__ = [
     "dirichlet_uncertainty", "edl_kl_weight", "edl_loss", "expected_calibration_error",
     "fedl_moments", "misclassification_aupr", "misclassification_auroc", "modex_brier_loss",
     "modex_activations", "modex_log_mean", "modex_moments", "modex_nll_loss", "modex_uncertainty", "ood_aupr",
-    "ood_auroc", "softmax_uncertainty",
+    "ood_auroc", "softmax_uncertainty", "top1_correct",
 ]

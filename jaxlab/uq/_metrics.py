@@ -4,6 +4,14 @@ Conventions (as in the F-EDL evaluation code): scores are *confidences*
 (higher = more certain; pass `-uncertainty`). OOD detection treats
 in-distribution as the positive class; misclassification detection treats
 correct predictions as the positive class.
+
+NaN rule: non-finite scores or probabilities raise ValueError (these functions
+run eagerly, on numpy). Ties: a top-1 prediction is correct only when the true
+class's probability is strictly the largest (`accuracy`, the ECE), so a
+collapsed model with uniform probabilities gets accuracy 0, never the credit of
+an argmax's first-index tie-break. AUROC / AUPR keep the usual convention for
+tied scores (a tied positive-negative pair counts one half): constant scores
+give exactly the chance value (AUROC 1/2, AUPR the positive rate), never more.
 """
 
 from collections.abc import Sequence
@@ -90,11 +98,38 @@ def ood_aupr(id_confidence: Float[Array | np.ndarray, "n"],
   return aupr(np.r_[np.ones(a.shape, bool), np.zeros(b.shape, bool)], np.r_[a, b])
 
 
+def top1_correct(probs: Float[Array | np.ndarray, "n k"],
+                 labels: Int[Array | np.ndarray, "n"]) -> np.ndarray:
+  """Whether each top-1 prediction is right, a tie for the top counting as wrong.
+
+  Args:
+    probs: [n, k] rows on the simplex.
+    labels: [n] integer classes in [0, k).
+
+  Returns:
+    [n] bool: the true class's probability is strictly above every other class's.
+
+  Example:
+    >>> import numpy as np
+    >>> top1_correct(np.array([[0.7, 0.3], [0.5, 0.5]]), np.array([0, 0])).tolist()
+    [True, False]
+  """
+  p, y = _probs_labels(probs, labels)
+  own = p[np.arange(p.shape[0]), y]
+  others = np.where(np.arange(p.shape[1])[None, :] == y[:, None], -np.inf, p)
+  return own > others.max(-1)
+
+
 def accuracy(probs: Float[Array | np.ndarray, "n k"],
              labels: Int[Array | np.ndarray, "n"]) -> float:
-  """Top-1 accuracy of `argmax probs` against integer `labels`."""
-  p, y = _probs_labels(probs, labels)
-  return float(np.mean(np.argmax(p, -1) == y))
+  """Top-1 accuracy against integer `labels` (a tie for the top counts as wrong).
+
+  Example:
+    >>> import numpy as np
+    >>> accuracy(np.array([[0.7, 0.3], [0.5, 0.5]]), np.array([0, 0]))
+    0.5
+  """
+  return float(np.mean(top1_correct(probs, labels)))
 
 
 def _probs_labels(probs, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +169,8 @@ def expected_calibration_error(probs: Float[Array | np.ndarray, "n k"],
                                *, num_bins: int = 15) -> float:
   """ECE of the max-probability confidence over `num_bins` equal-width bins.
 
+  A prediction whose top probability is tied counts as wrong (`top1_correct`).
+
   Example:
     >>> import numpy as np
     >>> expected_calibration_error(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0, 1]))
@@ -143,7 +180,7 @@ def expected_calibration_error(probs: Float[Array | np.ndarray, "n k"],
     raise ValueError(f"num_bins must be >= 1, got {num_bins}")
   p, y = _probs_labels(probs, labels)
   conf = p.max(-1)
-  correct = (p.argmax(-1) == y).astype(np.float64)
+  correct = top1_correct(p, y).astype(np.float64)
   idx = np.clip(np.ceil(conf * num_bins).astype(int) - 1, 0, num_bins - 1)
   ece = 0.0
   for b in range(num_bins):

@@ -1,7 +1,7 @@
 """MLP classifiers with a softmax, EDL, F-EDL or MoDEX head, trained vectorised over seeds.
 
-All four share the MLP backbone and the optimizer (AdamW on
-`jaxlab.train.warmup_cosine`); `train` trains one model per seed at once
+All four share the MLP backbone and the optimizer (`jaxlab.train.optimizer` of
+`config.optimizer`); `train` trains one model per seed at once
 (`jax.vmap` over seeds of one jitted step) and `predict` returns host-side
 probabilities and uncertainty scores (`Prediction`).
 """
@@ -19,7 +19,7 @@ import numpy as np
 import optax
 from jax.typing import DTypeLike
 
-from jaxlab.train.schedules import make_schedule
+from jaxlab.train.optimizers import optimizer
 from jaxlab.uq._baselines import EDLHead, dirichlet_uncertainty, softmax_uncertainty
 from jaxlab.uq._losses import edl_kl_weight, edl_loss, modex_brier_loss, modex_nll_loss
 from jaxlab.uq._modex import MoDEXHead, modex_moments, modex_uncertainty
@@ -135,9 +135,8 @@ def _train_step(kind: str, model: Classifier, train_cfg: tuple[tuple[str, Any], 
                 opt_cfg: tuple[tuple[str, Any], ...]):
   """Jitted step vmapped over seeds; cached so that variants share one compile."""
   config = ml_collections.ConfigDict({"train": dict(train_cfg), "optimizer": dict(opt_cfg)})
-  t, o = config.train, config.optimizer
   loss_fn = make_loss(kind, config, model)
-  tx = optax.adamw(make_schedule(o, t.num_steps), weight_decay=o.weight_decay)
+  tx = optimizer(config.optimizer, config.train.num_steps)
 
   def step(params, opt_state, xb, yb, epoch):
     loss, grads = jax.value_and_grad(loss_fn)(params, xb, yb, epoch)

@@ -10,6 +10,13 @@ between-group accuracy is the per-class rate at which the predicted class lies i
 true class's group (coarse); within-group accuracy is top-1 accuracy when the argmax is
 restricted to the classes of the true group (fine: siblings only).
 
+Ties count against the sample: a prediction is right only when the true class (or, for
+between-group accuracy, the true group) scores strictly above every other candidate, so
+a collapsed classifier whose scores are all equal gets 0, never the credit an argmax's
+first-index tie-break would give. NaN in, NaN out: a NaN anywhere in `logits` makes every
+accuracy NaN (a classifier that outputs NaN for any sample has no defined accuracy; only
+an accuracy over no sample at all keeps its 0), and `harmonic_mean` of a NaN is NaN.
+
 Example:
   >>> import jax.numpy as jnp
   >>> from jaxlab.zeroshot import metrics
@@ -29,17 +36,61 @@ def _check(logits, labels, name="logits"):
 
 
 def harmonic_mean(s: Float[Array, "*b"], u: Float[Array, "*b"]) -> Float[Array, "*b"]:
-  """H = 2us / (u + s), defined as 0 where u + s = 0 (both accuracies zero)."""
+  """H = 2us / (u + s), defined as 0 where u + s = 0 (both accuracies zero).
+
+  Args:
+    s: seen-class accuracy, in [0, 1].
+    u: unseen-class accuracy, in [0, 1].
+
+  Returns:
+    H, NaN wherever s or u is NaN (the u + s = 0 guard must not turn it into 0).
+
+  Example:
+    >>> float(harmonic_mean(jnp.float32(0.5), jnp.float32(jnp.nan)))
+    nan
+  """
   s, u = jnp.asarray(s, jnp.float32), jnp.asarray(u, jnp.float32)
   total = s + u
-  return jnp.where(total > 0, 2 * s * u / jnp.where(total > 0, total, 1.0), 0.0)
+  h = jnp.where(total > 0, 2 * s * u / jnp.where(total > 0, total, 1.0), 0.0)
+  return jnp.where(jnp.isnan(total), jnp.nan, h)
+
+
+def _wins(logits: Array, labels: Array, candidates: Array) -> tuple[Array, Array]:
+  """The tie-pessimistic top-1 hit of an argmax restricted to `candidates` ([n, c] bool).
+
+  Returns:
+    ([n] bool: the true class is a candidate and scores strictly above every other one, a
+    tie counting as a miss and a lone candidate as a hit; [n] bool: the row's candidate
+    scores hold a NaN, which `jnp.max` propagates).
+  """
+  is_label = jnp.arange(logits.shape[1])[None, :] == labels[:, None]
+  others = candidates & ~is_label
+  best_other = jnp.max(jnp.where(others, logits, -jnp.inf), -1)
+  own = jnp.take_along_axis(logits, labels[:, None], 1)[:, 0]
+  in_candidates = jnp.any(candidates & is_label, -1)
+  hit = in_candidates & (~jnp.any(others, -1) | (own > best_other))
+  return hit, jnp.isnan(own) | jnp.isnan(best_other)
+
+
+def _scores(hit: Array, bad: Array) -> Array:
+  """Per-sample hits as floats, every one NaN when any row in `bad` holds a NaN score.
+
+  The NaN enters before the per-class sums rather than as a `where` on the accuracies:
+  an op between a caller's reductions can change how XLA compiles them, hence their
+  float32 rounding, and finite inputs must give the values they gave before.
+  """
+  return hit.astype(jnp.float32) + jnp.where(jnp.any(bad), jnp.nan, 0.0)
 
 
 def per_class_accuracy(correct: Bool[Array, " n"], labels: Int[Array, " n"],
                        class_mask: Bool[Array, " c"]) -> Float[Array, ""]:
   """Mean over the classes in `class_mask` (that have samples) of their top-1 accuracy."""
+  return _per_class_mean(correct.astype(jnp.float32), labels, class_mask)
+
+
+def _per_class_mean(correct: Array, labels: Array, class_mask: Array) -> Array:
   num_classes = class_mask.shape[0]
-  hits = jnp.zeros(num_classes).at[labels].add(correct.astype(jnp.float32))
+  hits = jnp.zeros(num_classes).at[labels].add(correct)
   counts = jnp.zeros(num_classes).at[labels].add(1.0)
   use = class_mask & (counts > 0)
   acc = hits / jnp.maximum(counts, 1.0)
@@ -56,16 +107,25 @@ def gzsl_accuracies(logits: Float[Array, "n c"], labels: Int[Array, " n"],
     seen: which classes are seen, [c].
 
   Returns:
-    dict with "s", "u", "H", "T" (fractions in [0, 1]).
+    dict with "s", "u", "H", "T" (fractions in [0, 1]; ties count as misses; all NaN
+    when `logits` holds a NaN).
+
+  Example:
+    >>> out = gzsl_accuracies(jnp.zeros((2, 3)), jnp.array([0, 2]),
+    ...                       jnp.array([True, False, False]))
+    >>> {k: float(v) for k, v in out.items()}   # all scores tied: no credit
+    {'s': 0.0, 'u': 0.0, 'H': 0.0, 'T': 0.0}
   """
   _check(logits, labels)
   if seen.shape != (logits.shape[1],):
     raise ValueError(f"seen must be [{logits.shape[1]}], got shape {seen.shape}")
-  pred = jnp.argmax(logits, -1)
-  s = per_class_accuracy(pred == labels, labels, seen)
-  u = per_class_accuracy(pred == labels, labels, ~seen)
-  pred_unseen = jnp.argmax(jnp.where(seen[None, :], -jnp.inf, logits), -1)
-  t = per_class_accuracy(pred_unseen == labels, labels, ~seen)
+  every = jnp.ones(logits.shape, bool)
+  hit, bad = _wins(logits, labels, every)   # every class a candidate: every score checked
+  hit = _scores(hit, bad)
+  s = _per_class_mean(hit, labels, seen)
+  u = _per_class_mean(hit, labels, ~seen)
+  t = _per_class_mean(_scores(_wins(logits, labels, every & ~seen[None, :])[0], bad), labels,
+                      ~seen)
   return {"s": s, "u": u, "H": harmonic_mean(s, u), "T": t}
 
 
@@ -82,18 +142,22 @@ def group_accuracies(logits: Float[Array, "n c"], labels: Int[Array, " n"],
 
   Returns:
     dict with "within" (argmax restricted to the true group's classes) and "between"
-    (the argmax over all classes lands in the true group).
+    (the argmax over all classes lands in the true group): a tie between the true class
+    and a sibling (within), or between the true group's best class and another group's
+    (between), is a miss; both NaN when `logits` holds a NaN.
   """
   _check(logits, labels)
   if groups.shape != (logits.shape[1],) or class_mask.shape != (logits.shape[1],):
     raise ValueError(f"groups and class_mask must be [{logits.shape[1]}], got "
                      f"{groups.shape} and {class_mask.shape}")
   true_group = groups[labels]
-  pred = jnp.argmax(logits, -1)
-  between = per_class_accuracy(groups[pred] == true_group, labels, class_mask)
   siblings = groups[None, :] == true_group[:, None]
-  pred_in = jnp.argmax(jnp.where(siblings, logits, -jnp.inf), -1)
-  within = per_class_accuracy(pred_in == labels, labels, class_mask)
+  best_in = jnp.max(jnp.where(siblings, logits, -jnp.inf), -1)
+  best_out = jnp.max(jnp.where(siblings, -jnp.inf, logits), -1)
+  in_group = ~jnp.any(~siblings, -1) | (best_in > best_out)
+  bad = jnp.isnan(best_in) | jnp.isnan(best_out)   # together they span every score of a row
+  between = _per_class_mean(_scores(in_group, bad), labels, class_mask)
+  within = _per_class_mean(_scores(_wins(logits, labels, siblings)[0], bad), labels, class_mask)
   return {"within": within, "between": between}
 
 

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from jaxlab import validation
+
 ROUTINGS = ("hard", "soft")
 GROUP_RULES = ("silhouette", "eigengap")
 # Zelnik-Manor & Perona's local scale: the distance to the 7th nearest neighbour.
@@ -65,6 +67,12 @@ def kmeans(x: Float[Array, "n d"], num_clusters: int, key: jax.Array, *,
   Returns:
     (assignment [n], unit centres [k, d]). An emptied cluster keeps its last centre.
 
+  Raises:
+    ValueError: on bad shapes or counts, or a concrete `x` holding NaN or +-inf. A traced
+      `x` cannot raise: one non-finite point then gives every centre NaN and every
+      assignment -1 (no cluster), never a partition built around a NaN (whose distances
+      fail every comparison, so an argmax would pick an arbitrary cluster).
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
@@ -78,16 +86,20 @@ def kmeans(x: Float[Array, "n d"], num_clusters: int, key: jax.Array, *,
     raise ValueError(f"num_clusters must be in [1, {x.shape[0]}], got {num_clusters}")
   if num_restarts < 1:
     raise ValueError(f"num_restarts must be >= 1, got {num_restarts}")
+  validation.check_finite("x", x)
   active = _active(num_clusters, num_active)
+  bad = ~jnp.all(jnp.isfinite(x))
   x = _unit(x.astype(jnp.float32))
   if num_restarts == 1:
-    return _kmeans_once(x, num_clusters, active, key, num_iters)
-  assign, centers = jax.vmap(lambda k: _kmeans_once(x, num_clusters, active, k, num_iters))(
-      jax.random.split(key, num_restarts))
-  nearest = jax.vmap(lambda c, a: c[a])(centers, assign)      # [restarts, n, d]
-  inertia = jnp.sum(1.0 - jnp.sum(x[None] * nearest, -1), -1)
-  best = jnp.argmin(inertia)
-  return assign[best], centers[best]
+    assign, centers = _kmeans_once(x, num_clusters, active, key, num_iters)
+  else:
+    assigns, centers = jax.vmap(lambda k: _kmeans_once(x, num_clusters, active, k, num_iters))(
+        jax.random.split(key, num_restarts))
+    nearest = jax.vmap(lambda c, a: c[a])(centers, assigns)      # [restarts, n, d]
+    inertia = jnp.sum(1.0 - jnp.sum(x[None] * nearest, -1), -1)
+    best = jnp.argmin(inertia)
+    assign, centers = assigns[best], centers[best]
+  return jnp.where(bad, -1, assign), jnp.where(bad, jnp.nan, centers)
 
 
 def _kmeans_once(x, num_clusters, active, key, num_iters):
@@ -134,7 +146,9 @@ def silhouette(x: Float[Array, "n d"], assign: Int[Array, " n"],
     num_clusters: the number of cluster ids (static; empty ids are ignored).
 
   Returns:
-    The mean silhouette in [-1, 1] (higher = tighter, better separated clusters).
+    The mean silhouette in [-1, 1] (higher = tighter, better separated clusters); NaN
+    when `x` holds a NaN or +-inf (its distances are undefined, and the zero given to
+    points alone in their cluster must not stand in for them).
 
   Example:
     >>> import jax.numpy as jnp
@@ -155,7 +169,7 @@ def silhouette(x: Float[Array, "n d"], assign: Int[Array, " n"],
   b = jnp.min(jnp.where(other, sums / jnp.maximum(counts, 1.0)[None, :], jnp.inf), -1)
   ok = (own > 1) & jnp.isfinite(b)
   s = jnp.where(ok, (b - a) / jnp.maximum(jnp.maximum(a, jnp.where(ok, b, 0.0)), 1e-12), 0.0)
-  return jnp.mean(s)
+  return jnp.where(jnp.all(jnp.isfinite(x)), jnp.mean(s), jnp.nan)
 
 
 def laplacian_spectrum(x: Float[Array, "n d"]) -> Float[Array, " n"]:

@@ -77,18 +77,19 @@ def test_eco_lm_arms_use_optimizer_learning_rate(monkeypatch):
 
 
 def test_modex_uses_optimizer_learning_rate(monkeypatch):
+  # The classifiers build their optimizer with `jaxlab.train.optimizer` from config.optimizer
+  # (tests/jaxlab/train/test_optimizers.py checks that every key of it is honoured).
   config = load_config("modex", "smoke")
   config.optimizer.learning_rate = 0.125
   config.train.num_steps = 2
   seen = []
-  real = classifiers.make_schedule
+  real = classifiers.optimizer
 
-  def spy(opt, num_steps):
-    sched = real(opt, num_steps)
-    seen.append(float(sched(0)))
-    return sched
+  def spy(opt, num_steps, **kwargs):
+    seen.append(opt.learning_rate)
+    return real(opt, num_steps, **kwargs)
 
-  monkeypatch.setattr(classifiers, "make_schedule", spy)
+  monkeypatch.setattr(classifiers, "optimizer", spy)
   classifiers._train_step.cache_clear()
   x = np.zeros((1, 4, 64), np.float32)
   y = np.tile(np.eye(6, dtype=np.float32)[:1], (1, 4, 1))

@@ -121,6 +121,16 @@ def test_kmeans_pp_is_deterministic_under_a_seed_and_finds_separated_blobs():
     kernelband.kmeans_pp(x[:2], 3)
 
 
+def test_kmeans_pp_rejects_a_non_finite_point():
+  # A NaN row has no distance: it landed in an arbitrary cluster and turned its centroid NaN.
+  x = np.random.default_rng(0).normal(size=(12, 5))
+  for bad in (np.nan, np.inf):
+    y = x.copy()
+    y[3, 2] = bad
+    with pytest.raises(ValueError, match="x must be finite"):
+      kernelband.kmeans_pp(y, 3)
+
+
 class _Recorder(kernelband.KernelBandPolicy):
   def update(self, frontier, cluster, strategy, r, child):
     self.seen = getattr(self, "seen", []) + [(cluster, strategy, r, child is None)]

@@ -174,6 +174,27 @@ def test_collapse_and_snippet_round_trip():
   assert c(toks) == c(codecomp.collapse(toks))
 
 
+def test_entropy_of_a_row_with_no_distribution_is_nan_never_zero():
+  # A NaN logit, every logit -inf, or a +inf logit: no distribution, entropy NaN (it was 0,
+  # so a diverged model looked fully confident). A -inf logit alone is a ruled-out token.
+  ent = codecomp.entropy(jnp.array([[0.0, jnp.nan, 1.0], [-jnp.inf, -jnp.inf, -jnp.inf],
+                                    [0.0, jnp.inf, 1.0], [0.0, 0.0, -jnp.inf]]))
+  assert np.isnan(np.asarray(ent[:3])).all()
+  np.testing.assert_allclose(ent[3], np.log(2.0), rtol=1e-6)
+  np.testing.assert_array_equal(jax.jit(codecomp.entropy)(jnp.array([[jnp.nan, 0.0]])), [np.nan])
+
+
+def test_a_nan_score_is_never_a_confident_guess():
+  toks, h = jnp.array([5, 6, 7]), jnp.array([0.1, jnp.nan, 2.0])
+  with pytest.raises(ValueError, match="scores must not be NaN"):
+    codecomp.threshold_placeholders(toks, h, 1.0)
+  with pytest.raises(ValueError, match="threshold must not be NaN"):
+    codecomp.threshold_placeholders(toks, jnp.zeros(3), float("nan"))
+  # Traced: no exception possible; the NaN position gets a placeholder, not the guess.
+  out = jax.jit(codecomp.threshold_placeholders)(toks, h, 1.0)
+  assert out.tolist() == [5, PLACEHOLDER, PLACEHOLDER]
+
+
 def test_threshold_placeholders_and_edit_log_targets():
   toks = jnp.array([[1, 2, 3]])
   h = jnp.array([[0.1, 2.0, 0.3]])

@@ -137,6 +137,14 @@ def test_soft_infonce_column_without_mass_adds_zero_and_keeps_gradients_finite()
   assert all(np.isfinite(np.asarray(g)).all() for g in grads)
 
 
+def test_a_nan_similarity_makes_its_row_of_targets_nan():
+  # top_k ranks a NaN first; it used to count as "no candidate", putting the row's whole
+  # mass on the positive (finite targets from a NaN input).
+  s = jnp.eye(4).at[0, 3].set(jnp.nan)
+  t = np.asarray(soft_targets(s, jnp.full(4, 0.2), num_hard=1))
+  assert np.isnan(t[0]).all() and np.isfinite(t[1:]).all()
+
+
 def test_squash_uncertainty_rejects_negative_or_non_finite_u():
   with pytest.raises(ValueError, match="u must be >= 0.*-1.0"):
     losses.squash_uncertainty(jnp.array([-1.0, 1.0, 1.0]))

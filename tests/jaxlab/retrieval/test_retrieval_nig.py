@@ -75,6 +75,14 @@ def test_attention_statistics():
     nig.attention_statistics(jnp.full((1, 4), 0.25), top_k=5)
 
 
+def test_attention_entropy_never_drops_a_nan_or_a_negative_weight():
+  # Only a zero weight adds 0 log 0 = 0; a NaN (or negative) one made the entropy a number.
+  rows = jnp.array([[0.5, 0.5, 0.0], [jnp.nan, 0.5, 0.5], [1.5, -0.5, 0.0]])
+  for stats_ in (nig.attention_statistics(rows), jax.jit(nig.attention_statistics)(rows)):
+    np.testing.assert_allclose(stats_[0, 0], np.log(2) / np.log(3), rtol=1e-6)
+    assert np.isnan(np.asarray(stats_[1:, 0])).all()
+
+
 @pytest.fixture(scope="module")
 def head():
   h = nig.NIGHead(hidden=8)

@@ -56,6 +56,15 @@ def test_spearman_matches_scipy():
   assert metrics.spearman(a, np.ones(50)) == 0.0
 
 
+def test_spearman_of_a_nan_is_nan():
+  # A NaN has no rank: ranking it among the others gave a number (0.5 here).
+  a, b = np.array([1.0, 2.0, 3.0, np.nan]), np.array([1.0, 3.0, 2.0, 4.0])
+  assert np.isnan(metrics.spearman(a, b)) and np.isnan(metrics.spearman(b, a))
+  assert np.isnan(metrics.spearman(np.ones(4), np.array([1.0, np.nan, 2.0, 3.0])))
+  # +-inf still ranks as the extreme it is.
+  assert metrics.spearman([1.0, 2.0, np.inf], [1.0, 2.0, 3.0]) == 1.0
+
+
 def test_neighbour_batches_are_distinct_tiles_inside_the_area():
   keys = jax.random.split(jax.random.key(0), 5)
   batch = jax.jit(jax.vmap(lambda k: sampling.neighbour_batch(

@@ -1,8 +1,10 @@
-"""Drift metrics on hand-built curves."""
+"""Drift metrics on hand-built curves; the NaN rule of the rl metrics."""
 
+import jax
 import numpy as np
 import pytest
 
+from jaxlab.rl import knowledge_task as kt
 from jaxlab.rl import metrics
 
 
@@ -55,3 +57,53 @@ def test_normalize_and_errors():
     metrics.normalize([0], 1.0, 1.0)
   with pytest.raises(ValueError, match="1-D"):
     metrics.drift_metrics(np.arange(3), np.zeros(4), np.zeros(10))
+
+
+def _curve_case():
+  levels = np.r_[np.zeros(500), np.ones(500)]
+  steps = np.arange(100, 1001, 100)
+  curve = np.r_[np.full(5, 0.8), [0.2, 0.5, 0.8, 0.8, 0.8]]
+  return steps, curve, levels
+
+
+def test_a_nan_evaluation_makes_every_metric_nan():
+  # A NaN failed every `>=` of the recovery search (a finite, censored recovery time) and
+  # Python's max(0, NaN) made the degradation 0.
+  steps, curve, levels = _curve_case()
+  for i in (4, 6, 9):   # pre-change, post-change, last evaluation
+    bad = curve.copy()
+    bad[i] = np.nan
+    m = metrics.drift_metrics(steps, bad, levels, smooth=1)
+    (ev,) = m["events"]
+    assert not ev["recovered"] and ev["step"] == 500
+    for v in (m["degradation"], m["recovery_pct"], m["nauc_steady"], m["nauc_drift"],
+              ev["n_pre"], ev["degradation"], ev["recovery_pct"]):
+      assert np.isnan(v)
+
+
+def test_non_finite_levels_and_knobs_raise():
+  steps, curve, levels = _curve_case()
+  bad = levels.copy()
+  bad[10] = np.nan
+  with pytest.raises(ValueError, match="levels must be a finite"):
+    metrics.change_points(bad)
+  with pytest.raises(ValueError, match="levels must be a finite"):
+    metrics.drift_metrics(steps, curve, bad)
+  with pytest.raises(ValueError, match="min_jump"):
+    metrics.change_points(levels, min_jump=float("nan"))
+  for knob in ("pre_window", "threshold", "settle", "drift_window"):
+    with pytest.raises(ValueError, match=knob):
+      metrics.drift_metrics(steps, curve, levels, **{knob: float("nan")})
+  with pytest.raises(ValueError, match="smooth"):
+    metrics.drift_metrics(steps, curve, levels, smooth=0)
+
+
+def test_knowledge_task_f1_of_nan_logits_is_nan():
+  # The PAQ guard of a policy that never answers (F1 = 0) also caught NaN logits.
+  cfg = kt.TaskConfig(num_values=10)
+  task = kt.make_task(cfg, seed=3)
+  model = kt.make_policy(kt.PolicyConfig(kind="mlp", d_model=8, d_ff=16), cfg)
+  params = kt.init_params(model, jax.random.key(0))
+  nan_params = jax.tree.map(lambda p: p * np.nan, params)
+  table = np.asarray(kt.evaluate(model, nan_params, task, cfg))
+  assert np.isnan(table).all()

@@ -110,6 +110,18 @@ def test_metrics_against_sklearn_and_hand_values():
     uq.accuracy(2 * probs, y)
 
 
+def test_a_tie_for_the_top_class_is_a_wrong_prediction():
+  # argmax's first-index tie-break gave a collapsed (uniform) model class 0's samples.
+  probs = np.array([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3], [0.2, 0.7, 0.1], [0.4, 0.2, 0.4]])
+  labels = np.array([0, 0, 1, 2])
+  assert uq.accuracy(probs, labels) == 0.25
+  uniform = np.full((6, 3), 1 / 3)
+  assert uq.accuracy(uniform, np.zeros(6, int)) == 0.0
+  # Every confidence 1/3 falls in one bin whose accuracy is 0: ECE = 1/3.
+  np.testing.assert_allclose(uq.expected_calibration_error(uniform, np.zeros(6, int)), 1 / 3)
+  np.testing.assert_array_equal(uq.top1_correct(probs, labels), [False, False, True, False])
+
+
 def test_heads_shapes_and_ranges():
   h = jnp.asarray(np.random.default_rng(0).normal(size=(5, 7)), jnp.float32)
   head = uq.MoDEXHead(num_classes=4, hidden_dim=8, num_layers=1)

@@ -45,9 +45,10 @@ def test_gzsl_accuracies_hand_example():
   np.testing.assert_allclose(out["s"], 0.75)
   np.testing.assert_allclose(out["u"], 0.25)
   np.testing.assert_allclose(out["H"], 2 * 0.75 * 0.25 / 1.0)
-  # T: unseen-only argmax. Class 1 samples: row 2 (scores 0 on 1, 3) -> tie -> class 1 first;
-  # row 3 -> class 1. Class 3: row 4 -> 3, row 5 -> 1. T = (1 + 0.5) / 2.
-  np.testing.assert_allclose(out["T"], 0.75)
+  # T: unseen-only argmax. Class 1 samples: row 2 (scores 0 on 1, 3) ties -> a miss (a tie
+  # counts against the sample, never for the first index); row 3 -> class 1. Class 3:
+  # row 4 -> 3, row 5 -> 1. T = (0.5 + 0.5) / 2.
+  np.testing.assert_allclose(out["T"], 0.5)
 
 
 def test_group_accuracies_hand_example():
@@ -56,9 +57,39 @@ def test_group_accuracies_hand_example():
   # Unseen class 1 (group 0): row 2 predicts 0 (same group), row 3 predicts 2 (other group)
   # -> between 1/2; within-group argmax over {0, 1}: row 2 -> 0, row 3 -> 1 -> 1/2.
   # Unseen class 3 (group 1): row 4 -> 3 (in group), row 5 -> 1 (out) -> between 1/2;
-  # within over {2, 3}: row 4 -> 3, row 5 -> tie (0, 0) -> 2 -> 1/2.
+  # within over {2, 3}: row 4 -> 3, row 5 -> tie (0, 0) -> a miss -> 1/2.
   np.testing.assert_allclose(out["between"], 0.5)
   np.testing.assert_allclose(out["within"], 0.5)
+
+
+def test_nan_never_becomes_an_accuracy():
+  # harmonic_mean(NaN, 0.5) was 0 (the u + s > 0 guard); NaN logits gave finite s, u, H.
+  assert np.isnan(float(metrics.harmonic_mean(jnp.float32(jnp.nan), jnp.float32(0.5))))
+  assert np.isnan(float(metrics.harmonic_mean(jnp.float32(0.5), jnp.float32(jnp.nan))))
+  logits, labels, groups, seen = _hand_case()
+  logits = logits.at[6, 0].set(jnp.nan)   # one sample of a seen class
+  for fn in (lambda f: f, jax.jit):
+    out = fn(metrics.gzsl_accuracies)(logits, labels, seen)
+    out.update(fn(metrics.group_accuracies)(logits, labels, groups, ~seen))
+    assert all(np.isnan(float(v)) for v in out.values()), out
+
+
+def test_constant_scores_earn_no_accuracy():
+  # Every class scored alike: a tie counts against the sample (the argmax's first-index
+  # tie-break gave class 0's samples, hence s, full credit).
+  _, labels, groups, seen = _hand_case()
+  out = metrics.gzsl_accuracies(jnp.zeros((7, 4)), labels, seen)
+  out.update(metrics.group_accuracies(jnp.zeros((7, 4)), labels, groups, ~seen))
+  assert {k: float(v) for k, v in out.items()} == {
+      "s": 0.0, "u": 0.0, "H": 0.0, "T": 0.0, "within": 0.0, "between": 0.0}
+  # A lone class in its group wins the within-group argmax (its only candidate), and a
+  # group holding every class wins between-group.
+  one = metrics.group_accuracies(jnp.zeros((2, 2)), jnp.array([0, 1]), jnp.array([0, 1]),
+                                 jnp.array([True, True]))
+  assert float(one["within"]) == 1.0 and float(one["between"]) == 0.0
+  all_in = metrics.group_accuracies(jnp.zeros((2, 2)), jnp.array([0, 1]), jnp.array([0, 0]),
+                                    jnp.array([True, True]))
+  assert float(all_in["between"]) == 1.0 and float(all_in["within"]) == 0.0
 
 
 def test_metrics_bad_input():
@@ -217,6 +248,18 @@ def test_kmeans_and_route_use_only_the_active_centres():
     np.testing.assert_allclose(np.sum(r, -1), 1.0, rtol=1e-5)
   with pytest.raises(ValueError, match="num_active"):
     routing.kmeans(x, 6, jax.random.key(0), num_active=7)
+
+
+def test_kmeans_and_silhouette_never_build_on_a_nan_point():
+  x = jnp.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [jnp.nan, 0.9]])
+  with pytest.raises(ValueError, match="x must be finite"):
+    routing.kmeans(x, 2, jax.random.key(0))
+  # Traced: every centre NaN and no cluster (-1), never a partition around the NaN.
+  for restarts in (1, 3):
+    assign, centers = jax.jit(lambda v, r=restarts: routing.kmeans(
+        v, 2, jax.random.key(0), num_restarts=r))(x)
+    assert np.isnan(np.asarray(centers)).all() and np.asarray(assign).tolist() == [-1] * 4
+  assert np.isnan(float(routing.silhouette(x, jnp.array([0, 0, 1, 1]), 2)))
 
 
 def test_chance_levels_hand_values():
