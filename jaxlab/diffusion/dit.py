@@ -130,14 +130,16 @@ class DiTBlock(nn.Module):
 class DiT(nn.Module):
   """In-context DiT: references + noisy target in one sequence; returns the target's velocity.
 
-  Call with
-    patches [b, M, N, patch_dim]: M images (references first, the noisy target last);
-    positions [b, M, N, A]: each token's RoPE position;
-    image_mask [b, M] bool: which images are present (the target must be);
-    t [b]: flow time in [0, 1];
-    cond [b, C] (optional): a global code added to the time embedding (adaLN);
-    token_features [b, M, N, F] (optional): per-token features added to the token embedding
-      (per-image pose codes, Plücker rays).
+  Call with:
+
+  * patches [b, M, N, patch_dim]: M images (references first, the noisy target last);
+  * positions [b, M, N, A]: each token's RoPE position;
+  * image_mask [b, M] bool: which images are present (the target must be);
+  * t [b]: flow time in [0, 1];
+  * cond [b, C] (optional): a global code added to the time embedding (adaLN);
+  * token_features [b, M, N, F] (optional): per-token features added to the token embedding
+    (per-image pose codes, Plücker rays).
+
   Returns the velocity of the target's tokens [b, N, patch_dim].
   """
   config: DiTConfig
