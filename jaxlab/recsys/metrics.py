@@ -40,6 +40,11 @@ def sampled_ranks(scores: Float[Array, "b n"], targets: Int[Array, "b"],
 
   Returns:
     int32 ranks in [0, m]: how many negatives score >= the target (m if it is NaN).
+
+  Example:
+    >>> scores = jnp.array([[0.0, 0.9, 0.2, 0.5, 0.7], [0.0, 0.1, 0.2, 0.5, 0.7]])
+    >>> sampled_ranks(scores, jnp.array([1, 1]), jnp.array([[2, 3], [3, 4]])).tolist()
+    [0, 2]
   """
   pos = _target_scores(scores, targets)
   neg = jnp.take_along_axis(scores, negatives, axis=-1)
@@ -52,6 +57,11 @@ def full_ranks(scores: Float[Array, "b n"], targets: Int[Array, "b"]) -> Int[Arr
 
   Returns:
     int32 ranks in [0, n - 2] (n - 2 if the target's score is NaN).
+
+  Example:
+    >>> scores = jnp.array([[9.0, 0.9, 0.2, 0.5, 0.7]])   # id 0 (padding) never competes
+    >>> full_ranks(scores, jnp.array([1])).tolist(), full_ranks(scores, jnp.array([3])).tolist()
+    ([0], [2])
   """
   pos = _target_scores(scores, targets)
   ids = jnp.arange(scores.shape[-1])
@@ -61,7 +71,13 @@ def full_ranks(scores: Float[Array, "b n"], targets: Int[Array, "b"]) -> Int[Arr
 
 
 def ranking_metrics(ranks: Int[Array, "b"], k: int = 10) -> dict[str, Float[Array, "b"]]:
-  """Per-row HR@k, NDCG@k and MRR@k from 0-based ranks (average them over rows)."""
+  """Per-row HR@k, NDCG@k and MRR@k from 0-based ranks (average them over rows).
+
+  Example:
+    >>> m = ranking_metrics(jnp.array([0, 1, 12]), k=10)
+    >>> m["hr"].tolist(), [round(x, 4) for x in m["ndcg"].tolist()], m["mrr"].tolist()
+    ([1.0, 1.0, 0.0], [1.0, 0.6309, 0.0], [1.0, 0.5, 0.0])
+  """
   if k < 1:
     raise ValueError(f"k must be >= 1, got {k}")
   r = ranks.astype(jnp.float32)
@@ -141,6 +157,12 @@ def sample_negatives(rng: np.random.Generator, interacted: np.ndarray, num_items
 
   Returns:
     int32 [b, num_negatives].
+
+  Example:
+    >>> interacted = np.array([[1, 2, 0], [3, 4, 0]])     # items 1..5
+    >>> neg = sample_negatives(np.random.default_rng(0), interacted, 5, 3)
+    >>> neg.shape, [sorted(row) for row in neg.tolist()]   # never 0, never an interacted id
+    ((2, 3), [[3, 4, 5], [1, 2, 5]])
   """
   b = interacted.shape[0]
   seen = np.zeros((b, num_items + 1), bool)
