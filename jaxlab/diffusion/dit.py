@@ -49,7 +49,8 @@ class DiTConfig:
     num_axes: position axes of the RoPE (3: SAPE's x, y, z or grid's index, row, col).
     rope_base: RoPE frequency base (jaxlab interpretation: 100, since positions span only a
       few units at toy scale; FLUX uses 10000 over 64+ units).
-    dtype, param_dtype: computation and parameter dtypes.
+    dtype: computation dtype.
+    param_dtype: parameter dtype.
   """
   d_model: int = 64
   num_layers: int = 2
