@@ -5,7 +5,8 @@ one quantization vocabulary: the named presets in `PRESETS`, which
 `optim.Quantizer`, `quant` (fake quantization, `QDense`), the experiments and
 the benchmarks take by name.
 
-Public API:
+Public API::
+
   quantize(x, fmt, *, axis=-1, key=None, **options) -> QArray
   dequantize(q, dtype=float32) -> Array
   fake_quant(x, fmt, *, axis=-1, key=None, **options)   (straight-through gradient)
@@ -27,6 +28,7 @@ E2M1, E1M2, E2M2, E4M3 (`FloatGrid`), `round_float`, `decode_float`,
 Non-finite, tiny and degenerate inputs (one rule for every format and for
 every quantizer built on them, `optim.Quantizer` and `quant.fake_quant`
 included; a jaxlab interpretation, the specs leave it open):
+
   * Tensor and block amaxes are taken over finite values only, so one Inf or
     NaN does not change the scale of the other elements, nor (MixFP4) which
     element format its block chooses.
