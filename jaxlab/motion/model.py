@@ -135,7 +135,7 @@ def sinusoidal(x: Float[Array, "*b c"], num_freqs: int) -> Float[Array, "*b f"]:
   Example:
     >>> sinusoidal(jnp.zeros((4, 3)), 2).shape   # 3 + 3 * 2 * 2
     (4, 15)
-    >>> sinusoidal(jnp.array([0.5]), 1).round(6).tolist()   # [x, sin(pi x), cos(pi x)]
+    >>> (sinusoidal(jnp.array([0.5]), 1).round(6) + 0.0).tolist()   # [x, sin(pi x), cos(pi x)]
     [0.5, 1.0, 0.0]
   """
   freqs = (2.0 ** jnp.arange(num_freqs)) * jnp.pi
