@@ -89,7 +89,7 @@ def chance_rate(faces: Bool[np.ndarray, " n"] | Int[np.ndarray, " n"]) -> float:
   """The accuracy of always guessing the majority class (a probe's chance level).
 
   Example:
-    >>> chance_rate([True, False, False, False])
+    >>> chance_rate(np.array([True, False, False, False]))
     0.75
   """
   y = np.asarray(faces).astype(int)
