@@ -192,7 +192,7 @@ def make_generator(config: GridConfig) -> Callable[[jax.Array], SpatialData]:
 
 def effect_errors(tau_hat: Float[Array, "*b"], delta_hat: Float[Array, "*b"],
                   data: SpatialData, config: GridConfig) -> tuple[Array, Array]:
-  """Standardised absolute errors |tau_hat - tau| / sd(Y), |delta_hat - delta| / sd(Y).
+  """Standardised absolute errors ``|tau_hat - tau| / sd(Y)``, ``|delta_hat - delta| / sd(Y)``.
 
   sd(Y) is the observed outcome's standard deviation over the interior sites (the
   Spatial-CI benchmark's normalisation).

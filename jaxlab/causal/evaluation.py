@@ -4,8 +4,8 @@ A setting is one U field (a GMRF of smoothness eps, or white noise; `settings`).
 `run_setting` draws one grid per seed (seeds vmapped), fits the baselines (naive OLS(A, X),
 OLS(A, Abar_N, X), Spatial+, an MLP without latents, the oracle OLS with U), trains the
 CVAE of every z_dim vmapped over the seeds and fits the linear, Spatial+ and MLP heads on
-its latent means. Errors are |tau_hat - tau| / sd(Y) and |delta_hat - delta| / sd(Y) on the
-interior sites; Moran's I of each fit's residuals shows how much spatial structure it left.
+its latent means. Errors are ``|tau_hat - tau| / sd(Y)`` and ``|delta_hat - delta| / sd(Y)``
+on the interior sites; Moran's I of each fit's residuals shows how much spatial structure it left.
 Seeds are paired across methods (same grid, same draws) and across settings (same keys).
 The jitted programs (`SettingPrograms`) are built once and shared by every setting.
 """

@@ -74,6 +74,11 @@ def sape_positions(yaw_deg: Float[Array, ""] | float, pitch_deg: Float[Array, ""
 
   Returns:
     [G, G, 3] float positions.
+
+  Example:
+    >>> pos = sape_positions(0.0, 0.0, image_size=16, patch=4)
+    >>> pos.shape, pos[0, 0].tolist()   # on the box's front face z = 1, i.e. kappa G = 4
+    ((4, 4, 3), [0.125, 3.875, 4.0])
   """
   if miss not in MISS_MODES:
     raise ValueError(f"miss must be one of {MISS_MODES}, got {miss!r}")

@@ -5,7 +5,8 @@ one quantization vocabulary: the named presets in `PRESETS`, which
 `optim.Quantizer`, `quant` (fake quantization, `QDense`), the experiments and
 the benchmarks take by name.
 
-Public API:
+Public API::
+
   quantize(x, fmt, *, axis=-1, key=None, **options) -> QArray
   dequantize(q, dtype=float32) -> Array
   fake_quant(x, fmt, *, axis=-1, key=None, **options)   (straight-through gradient)
@@ -27,6 +28,7 @@ E2M1, E1M2, E2M2, E4M3 (`FloatGrid`), `round_float`, `decode_float`,
 Non-finite, tiny and degenerate inputs (one rule for every format and for
 the quantizers built on them, `optim.Quantizer` included; `quant.fake_quant`
 documents its own rule for QAT):
+
   * A block holding a NaN or an ±Inf dequantizes to NaN in every element: it
     gets its scale's NaN encoding, the OCP MX v1.0 rule (a NaN shared scale
     makes every element of its block NaN) applied to every format: E8M0 0xFF

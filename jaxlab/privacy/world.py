@@ -98,8 +98,10 @@ def face_probabilities(cfg: WorldConfig) -> tuple[float, float]:
 
   With p_a the expected anomalous-snippet rate and p_f = face_rate, both readings keep
   P(face) = p_f and set the coupling c = `face_anomaly_corr`:
-    "phi": phi = (P(f, a) - p_f p_a) / sqrt(p_f (1 - p_f) p_a (1 - p_a)) = c;
-    "risk_difference": P(f | a) - P(f | not a) = c.
+
+  * "phi": ``phi = (P(f, a) - p_f p_a) / sqrt(p_f (1 - p_f) p_a (1 - p_a)) = c``;
+  * "risk_difference": ``P(f | a) - P(f | not a) = c``.
+
   Anomalies are rare (p_a ~ 0.09 with the defaults), so a phi of 0.3 needs P(f | a) ~ 0.99
   (a face nearly always comes with an anomaly), while a risk difference of 0.3 gives
   P(f | a) ~ 0.77 vs 0.47 (phi ~ 0.17).
@@ -160,7 +162,16 @@ def _videos(rng: np.random.Generator, n: int, cfg: WorldConfig, bases, direction
 
 
 def make_world(cfg: WorldConfig, seed: int) -> World:
-  """One seeded draw of the world (train and test videos share the bases)."""
+  """One seeded draw of the world (train and test videos share the bases).
+
+  Example:
+    >>> cfg = WorldConfig(num_train=8, num_test=4, num_snippets=16, feat_dim=32)
+    >>> w = make_world(cfg, seed=0)
+    >>> w.train.features.shape, w.test.faces.shape, w.face_basis.shape, w.task_basis.shape
+    ((8, 16, 32), (4, 16), (32, 4), (32, 8))
+    >>> np.allclose(w.face_basis.T @ w.task_basis, 0.0, atol=1e-6)   # disjoint subspaces
+    True
+  """
   dims = (cfg.task_dim, cfg.face_dim, cfg.nuisance_dim)
   if min(dims) < 1 or sum(dims) > cfg.feat_dim:
     raise ValueError(f"task/face/nuisance dims {dims} must be >= 1 and sum to <= feat_dim "

@@ -94,6 +94,11 @@ def gate_layout(config: SASRecConfig, scope: str = "ffn_wo") -> tuple[tuple[str,
 
   Returns:
     The layout; the total size is d = Σ_l (α_l + β_l) of the spec.
+
+  Example:
+    >>> cfg = SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
+    >>> gate_layout(cfg, "wo")
+    (('l0/wo/row', 8), ('l0/wo/col', 8), ('l1/wo/row', 8), ('l1/wo/col', 8))
   """
   if scope not in GATE_SCOPES:
     raise ValueError(f"scope must be one of {GATE_SCOPES}, got {scope!r}")
@@ -109,13 +114,25 @@ def gate_layout(config: SASRecConfig, scope: str = "ffn_wo") -> tuple[tuple[str,
 
 
 def num_gates(config: SASRecConfig, scope: str = "ffn_wo") -> int:
-  """d = Σ_l (α_l + β_l): the length of the flat gate vector of `scope`."""
+  """d = Σ_l (α_l + β_l): the length of the flat gate vector of `scope`.
+
+  Example:
+    >>> cfg = SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
+    >>> num_gates(cfg, "wo"), num_gates(cfg, "ffn"), num_gates(cfg)   # 2 layers
+    (32, 96, 128)
+  """
   return sum(size for _, size in gate_layout(config, scope))
 
 
 def split_gates(gates: Float[Array, "b d"],
                 layout: tuple[tuple[str, int], ...]) -> dict[str, Float[Array, "b _"]]:
-  """Cuts a flat gate vector [b, d] into the named pieces of `layout`."""
+  """Cuts a flat gate vector [b, d] into the named pieces of `layout`.
+
+  Example:
+    >>> pieces = split_gates(jnp.arange(10.0)[None], (("l0/wo/row", 4), ("l0/wo/col", 6)))
+    >>> pieces["l0/wo/row"].tolist(), pieces["l0/wo/col"].shape
+    ([[0.0, 1.0, 2.0, 3.0]], (1, 6))
+  """
   total = sum(size for _, size in layout)
   if gates.ndim != 2 or gates.shape[-1] != total:
     raise ValueError(f"gates must be [batch, {total}] for this layout, got {gates.shape}")
@@ -185,12 +202,14 @@ class SASRec(nn.Module):
   """SASRec encoder: left-padded item ids [b, t] -> hidden states [b, t, d].
 
   `__call__(items, gates=None, last_token=None, deterministic=True)`:
-    items: int [b, t], 0 = padding, t <= max_len.
-    gates: None, or a dict from `split_gates` ([b, size] per name; missing names are
-      ungated).
-    last_token: None, or [b, d] input embeddings that replace the last position's item
-      embedding (the "request as a token" fine-tuning baseline); that position is then
-      always attended.
+
+  * items: int [b, t], 0 = padding, t <= max_len.
+  * gates: None, or a dict from `split_gates` ([b, size] per name; missing names are
+    ungated).
+  * last_token: None, or [b, d] input embeddings that replace the last position's item
+    embedding (the "request as a token" fine-tuning baseline); that position is then
+    always attended.
+
   `scores(h)`: [..., d] -> [..., num_items + 1] dot products with the item table (the
   padding id gets `PAD_LOGIT`).
   """
@@ -248,6 +267,13 @@ def next_item_loss(logits: Float[Array, "*b n"], targets: Int[Array, "*b"]) -> F
 
   Returns:
     The mean loss over real targets (0 if there is none).
+
+  Example:
+    >>> logits = jnp.zeros((1, 3, 5))                     # uniform over ids 0..4
+    >>> round(float(next_item_loss(logits, jnp.array([[0, 2, 4]]))), 4)   # ln 5, 2 targets
+    1.6094
+    >>> float(next_item_loss(logits, jnp.zeros((1, 3), jnp.int32)))     # no target
+    0.0
   """
   if logits.shape[:-1] != targets.shape:
     raise ValueError(f"logits {logits.shape} and targets {targets.shape} disagree")
