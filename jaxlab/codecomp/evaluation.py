@@ -126,7 +126,7 @@ def trivial_suggestions(hard: Int[np.ndarray, "b n"]) -> dict[str, Suggestion]:
     hard: the hard completions [b, n] (shape, and the reference of precision).
 
   Returns:
-    {"empty": ..., "all_ph": ...} `Suggestion`s.
+    {"empty": ..., "all_ph": ...}, each a `Suggestion`.
 
   Example:
     >>> s = trivial_suggestions(np.full((2, 4), 97, np.int32))
@@ -143,8 +143,8 @@ def trained_suggestions(model, params, ex, n: int, name: str,
   """A trained model's arms on `ex.prompts`, and its APC decode (for display).
 
   Returns:
-    ({`name`: its APC decode, `name`_guess: its placeholders replaced by its own
-    greedy tokens, `name`_hc: decoded with <PH> excluded}, the APC decode).
+    ({name: its APC decode, name + "_guess": its placeholders replaced by its own
+    greedy tokens, name + "_hc": decoded with <PH> excluded}, the APC decode).
 
   Example:
     >>> arms, shown = trained_suggestions(model, params, ex, 24, "sft", 256)  # doctest: +SKIP

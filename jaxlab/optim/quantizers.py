@@ -10,7 +10,8 @@ granularity or magnitude. This storage choice is a jaxlab interpretation (the
 paper keeps FP8 tensors; it does not say how an optimizer library applies
 updates to them).
 
-Formats (`Quantizer.name`):
+Formats (`Quantizer.name`)::
+
   "f32"       identity: float32 bits in uint32 (4 B/elem); used for 1-D leaves.
   "bf16"      bfloat16 bits in uint16 (2 B/elem); RNE or exact SR.
   "fp8_e4m3"  E4M3 bytes (1 B/elem) + float32 scale amax/448 per tensor or per
@@ -19,6 +20,7 @@ Formats (`Quantizer.name`):
   "int4"      packed two's-complement nibbles (0.5 B/elem) + a float32 absmax/7
               scale per group of `block_size` along axis 0, via `jaxlab.formats`.
   "grid"      a uniform grid k * step with int32 codes k (the convex toy).
+
 Stochastic rounding takes an explicit key (exact SR: `jaxlab.formats` SR for
 fp8/int4, the AQT random-low-bits trick for bf16, Bernoulli(frac) for grid).
 Scales are always round-to-nearest functions of the new tensor's amax.

@@ -1,11 +1,13 @@
 """The VT-PC reproduction's pipeline: every model trained and scored on one data set over seeds.
 
-Three models share one circuit shape (`jaxlab.pc.circuit`, K root channels):
+Three models share one circuit shape (`jaxlab.pc.circuit`, K root channels)::
+
   base  EinsumNet: Gaussian leaves, mixture root (exact likelihood);
   hfv   HFV-PC: 1-D Voronoi-gated leaves, mixture root (exact likelihood);
   vt    VT-PC: VT root over the K channels, trained with annealed soft gates, tested with
         hard gates; its likelihood is bracketed by the anytime box bounds
         (`jaxlab.pc.bounds`): log f - log Z+ <= log p <= log f - log Z-.
+
 `run_dataset` trains each model on every seed at once (seeds vmapped: same split, same
 initialisation key across models, so seeds are paired) and returns JSON-ready per-seed
 results; `summary_table` and the `draw_*` functions turn those into the report's table and

@@ -7,6 +7,7 @@ projector P = I - Q Q^T. Nothing but the host loss defines the removed subspace;
 face, so the subspace removed is the face subspace.
 
 Two modes (jaxlab interpretation: with an exact QR at every step the paper's L_orth is ~0):
+
 * "qr": Q from `jnp.linalg.qr` (exact, differentiable for tall d x k); the orthogonality
   penalty ||Q^T Q - I||_F^2 is then ~0 by construction.
 * "direct": Q = W^T with unit-norm columns; columns are not orthogonal, so Q Q^T is only an

@@ -92,7 +92,7 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
   Args:
     outcomes: outcome codes [b, g].
     accuracy_ema: the smoothed batch accuracy g_t in [0, 1] (a scalar).
-    scale: s, the largest |a_U| (a_U is in (-s, s)); finite and >= 0.
+    scale: s, the largest abs(a_U) (a_U is in (-s, s)); finite and >= 0.
     k: k, gain on the group's difficulty rho_w - rho_c.
     b: b, gain on the model-evolution term 0.5 - g_t (0 turns it off).
 

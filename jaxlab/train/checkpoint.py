@@ -124,7 +124,7 @@ def tree_digest(tree: Any) -> str:
   saved record to tell a damaged record of this very tree from one of another tree.
 
   Args:
-    tree: a pytree of arrays or `jax.ShapeDtypeStruct`s.
+    tree: a pytree of arrays or `jax.ShapeDtypeStruct` leaves.
 
   Returns:
     64 hex digits.

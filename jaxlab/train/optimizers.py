@@ -2,7 +2,7 @@
 
 Every trainer in the library and every experiment builds its optax optimizer
 here, from the config's `optimizer` section, so `--config.optimizer.learning_rate`
-(or any other key below) reaches the optimizer in one stop, with one meaning:
+(or any other key below) reaches the optimizer in one stop, with one meaning::
 
   name           "adamw" (default), "adam" (AdamW without weight decay) or "sgd"
   learning_rate  the peak learning rate (required)
