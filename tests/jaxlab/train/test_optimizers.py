@@ -231,7 +231,7 @@ DEFINES_OPTIMIZERS = {"jaxlab/train/optimizers.py", "jaxlab/optim/baselines.py"}
 # Trainers that still build their own optimizer from config values. Porting one to
 # `jaxlab.train.optimizer` removes it here; the list only shrinks.
 NOT_YET_PORTED = {
-    "jaxlab/causal/_cvae.py", "jaxlab/causal/_estimators.py", "jaxlab/diffusion/icl_task.py",
+    "jaxlab/causal/_cvae.py", "jaxlab/causal/_estimators.py",
     "jaxlab/experiments/apc.py", "jaxlab/experiments/bench_lm_train.py",
     "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py",
     "jaxlab/experiments/sata.py", "jaxlab/pc/training.py", "jaxlab/privacy/mil.py",
