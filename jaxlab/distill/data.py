@@ -134,7 +134,8 @@ def build_tokenizers(teacher: str, students: dict[str, str], text: str, cache_di
 
 
 def chunk_text(text: str, width: int, limit: int | None = None) -> list[str]:
-  """The full `width`-character chunks of `text[:limit]` (a shorter tail is dropped).
+  """The full `width`-character chunks of `text` that start before `limit` (a shorter tail
+  is dropped).
 
   Example:
     >>> chunk_text("abcdefg", 3), chunk_text("abcdefg", 3, limit=4)
@@ -150,7 +151,7 @@ def corpus_chunks(data: Any) -> tuple[str, list[str], list[str], list[str]]:
   Args:
     data: the `data` section: `max_bytes` and `val_fraction` (`jaxlab.data.load_corpus`),
       `chunk_chars` (the chunk width), `student_chars` (the students' training subset:
-      the first characters of the train split) and `val_chunks` (held-out chunks kept).
+      the chunks that start in the first `student_chars` characters of the train split) and `val_chunks` (held-out chunks kept).
 
   Returns:
     (train text, teacher chunks: all of the train split, student chunks, val chunks).
