@@ -72,7 +72,7 @@ def patchify(images: Float[Array, "*b h w c"], patch: int) -> Float[Array, "*b n
     (2, 4, 48)
   """
   *lead, h, w, c = images.shape
-  if h % patch or w % patch:
+  if patch < 1 or h % patch or w % patch:
     raise ValueError(f"patch {patch} must divide the image size {h}x{w}")
   x = images.reshape(*lead, h // patch, patch, w // patch, patch, c)
   x = jnp.moveaxis(x, -4, -3)  # [..., H/p, W/p, p, p, c]
@@ -84,7 +84,7 @@ def unpatchify(tokens: Float[Array, "*b n p"], patch: int, channels: int = 3
   """Inverse of `patchify` for square images."""
   *lead, n, _ = tokens.shape
   g = int(round(n ** 0.5))
-  if g * g != n or tokens.shape[-1] != patch * patch * channels:
+  if patch < 1 or g * g != n or tokens.shape[-1] != patch * patch * channels:
     raise ValueError(f"tokens {tokens.shape} are not a square grid of {patch}x{patch}x{channels}")
   x = tokens.reshape(*lead, g, g, patch, patch, channels)
   x = jnp.moveaxis(x, -3, -4)

@@ -79,8 +79,9 @@ def sape_positions(yaw_deg: Float[Array, ""] | float, pitch_deg: Float[Array, ""
     raise ValueError(f"miss must be one of {MISS_MODES}, got {miss!r}")
   if kappa <= 0:
     raise ValueError(f"kappa must be > 0, got {kappa}")
-  grid = image_size // patch
+  # pixel_rays checks image_size and patch (>= 1, patch dividing image_size) first.
   origins, dirs = render.pixel_rays(yaw_deg, pitch_deg, image_size, extent=extent, stride=patch)
+  grid = image_size // patch
   points, hit = box_anchors(origins, dirs)
   pos = kappa * (points + 1.0) / 2.0 * grid
   if miss == "grid":

@@ -38,7 +38,7 @@ How ECO composes with optax (a jaxlab interpretation; the paper does not say):
     transform that leaves the updates bit-identical (`optax.scale(1.0)`)
     changes nothing and is accepted. The step raises no error itself: a host
     callback in it would keep the program out of JAX's persistent compilation
-    cache, and every run would compile it again (~10 s for a small LM on CPU).
+    cache, and every run would compile it again.
 
 Non-finite rule: an update whose gradients, learning rate, FP32 iterate W~,
 moments or landed weights are not all finite is skipped as a whole: params,

@@ -22,7 +22,7 @@ this bisection from Omega, whose union of non-excluded boxes is itself an outer 
 so no LP solver is needed; `domain_halfwidth` (Omega = [-h, h]^D) and `capacity` are
 knobs. Everything is in log space so bounds stay finite in high dimension.
 
-Likelihood bracket (implemented as stated in the spec, whatever the paper's labels):
+Likelihood bracket (as the bounds imply, whatever the paper's labels):
 log f(x) - log Z+ <= log p(x) <= log f(x) - log Z-.
 """
 

@@ -49,7 +49,7 @@ def face_probe_accuracy(features: Float[np.ndarray, "n d"], faces: Bool[np.ndarr
   Args:
     features: one row per snippet (e.g. after the first privacy layer).
     faces: face presence per row.
-    folds: stratified folds (the spec: 5).
+    folds: stratified folds (jaxlab interpretation: 5).
     c: the SVM's regularisation C.
     seed: fold shuffling seed.
 

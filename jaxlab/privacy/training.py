@@ -4,17 +4,18 @@ An `Arm` holds traced scalars (the G-OPL rank, the OPL rank, λ_face), so a whol
 over k and λ_face runs through one compiled program: "none" is (0, 0, 0), OPL(k) is
 (0, k, 0), G-OPL(k) + OPL(k) is (k, k, λ_face).
 
-Loss (spec §2(a)): L = L_MIL + λ_face L_face + λ_orth (||Q_g^T Q_g - I||^2 + ||Q_o^T Q_o - I||^2),
-with L_MIL the top-k MIL BCE (`jaxlab.privacy.mil.topk_mil_loss`) and L_face the G-OPL
-alignment on frames with a face (`jaxlab.privacy.projection.face_alignment_loss`).
+Loss (the paper's L_total, one orthogonality term per projection):
+L = L_MIL + λ_face L_face + λ_orth (||Q_g^T Q_g - I||^2 + ||Q_o^T Q_o - I||^2), with L_MIL
+the top-k MIL BCE (`jaxlab.privacy.mil.topk_mil_loss`) and L_face the G-OPL alignment
+on frames with a face (`jaxlab.privacy.projection.face_alignment_loss`).
 
 Example:
-  >>> import jax, jax.numpy as jnp
+  >>> import jax, jax.numpy as jnp, optax
   >>> from jaxlab.privacy import training, world
   >>> w = world.make_world(world.WorldConfig(num_train=8, num_test=4), seed=0)
   >>> cfg = training.TrainConfig(num_steps=2, batch_size=4, max_rank=4, hidden=8)
   >>> params, curve = training.train(training.as_arrays(w.train), training.make_arm(4, 4, 1.0),
-  ...                                jax.random.key(0), cfg)
+  ...                                jax.random.key(0), cfg, optax.adam(1e-3))
   >>> curve.shape
   (2, 4)
 """
@@ -39,19 +40,17 @@ class TrainConfig:
   """Training of one arm (full-size defaults: the quick preset's).
 
   Attributes:
-    num_steps: Adam steps.
+    num_steps: optimizer steps.
     batch_size: videos per step (each with all its snippets).
-    learning_rate: Adam learning rate (float or optax schedule).
-    top_k: snippets in the top-k MIL mean (the spec: 3).
+    top_k: snippets in the top-k MIL mean (RTFM's: 3).
     lam_orth: λ_orth (jaxlab interpretation: the paper's value was not found).
     hidden: the scorer's hidden width.
     max_rank: rows of each projection's W, >= the largest k of the sweep.
-    mode: "qr" or "direct" projection (jaxlab interpretation, spec note [O]).
+    mode: "qr" or "direct" projection (jaxlab interpretation, see `projection`).
     opl_placement: "input" or "hidden" (jaxlab interpretation, see `mil.PrivacyVAD`).
   """
   num_steps: int = 400
   batch_size: int = 32
-  learning_rate: float | optax.Schedule = 1e-3
   top_k: int = 3
   lam_orth: float = 1.0
   hidden: int = 32
@@ -130,15 +129,16 @@ def loss_terms(params, batch: Batch, arm: Arm, model: mil.PrivacyVAD, cfg: Train
   return jnp.stack([total, l_mil, l_face, l_orth])
 
 
-def train(data: Batch, arm: Arm, key: jax.Array, cfg: TrainConfig
-          ) -> tuple[dict, jax.Array]:
-  """Trains one arm on one seed's training videos (a `lax.scan` of Adam steps).
+def train(data: Batch, arm: Arm, key: jax.Array, cfg: TrainConfig,
+          tx: optax.GradientTransformation) -> tuple[dict, jax.Array]:
+  """Trains one arm on one seed's training videos (a `lax.scan` of `tx` steps).
 
   Args:
     data: the training split (`as_arrays(world.train)`); vmap it with `key` over seeds.
     arm: the arm (traced scalars are fine).
     key: PRNG key: initialisation and minibatch order.
     cfg: training settings (static).
+    tx: the optimizer (`jaxlab.train.optimizer`; RTFM trains its head with Adam).
 
   Returns:
     (params, loss curve [num_steps, len(LOSS_TERMS)]).
@@ -147,7 +147,6 @@ def train(data: Batch, arm: Arm, key: jax.Array, cfg: TrainConfig
   model = make_model(cfg)
   k_init, k_data = jax.random.split(key)
   params = model.init(k_init, data.features[:1], arm.gopl_rank, arm.opl_rank)
-  opt = mil.make_optimizer(cfg.learning_rate)
   n = data.features.shape[0]
 
   def step(carry, k):
@@ -156,10 +155,10 @@ def train(data: Batch, arm: Arm, key: jax.Array, cfg: TrainConfig
     batch = jax.tree.map(lambda x: x[idx], data)
     grads, terms = jax.grad(lambda q: (lambda v: (v[0], v))(
         loss_terms(q, batch, arm, model, cfg)), has_aux=True)(p)
-    updates, s = opt.update(grads, s, p)
+    updates, s = tx.update(grads, s, p)
     return (optax.apply_updates(p, updates), s), terms
 
-  (params, _), curve = jax.lax.scan(step, (params, opt.init(params)),
+  (params, _), curve = jax.lax.scan(step, (params, tx.init(params)),
                                     jax.random.split(k_data, cfg.num_steps))
   return params, curve
 

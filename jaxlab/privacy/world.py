@@ -1,6 +1,6 @@
 """A synthetic multiple-instance video world in which faces are correlated with anomalies.
 
-Spec §2(d): every video has T snippets of d-dim "backbone" features
+jaxlab interpretation: every video has T snippets of d-dim "backbone" features
 
   f = B_task z_task + 1[face] B_face z_face + B_nuis z_nuis + noise * eps,
 
@@ -8,7 +8,7 @@ with B_task, B_face, B_nuis disjoint blocks of one random orthonormal basis (siz
 task_dim, face_dim, nuisance_dim). Abnormal videos hold one run of `anomaly_len` consecutive
 anomalous snippets whose z_task is shifted by `anomaly_shift` along a fixed unit direction.
 A face appears in `face_rate` of the snippets, coupled with "anomalous" by
-`face_anomaly_corr` (the spec's "correlated 0.3": privacy and utility entangled), read as
+`face_anomaly_corr` (jaxlab's "correlated 0.3": privacy and utility entangled), read as
 `face_coupling` says (`face_probabilities`). The face-crop embedding is
 f_face = B_face z_face + crop_noise * eps'. Only video labels are used for training; snippet
 labels and face flags are ground truth for evaluation.
@@ -16,7 +16,7 @@ labels and face flags are ground truth for evaluation.
 jaxlab interpretations (config knobs): z_face = face_mean * m + N(0, I) with a fixed unit m
 (a face must shift the feature's mean, or a linear face probe could not see it at all);
 the detector that gates L_face is perfect (face flags = detections); the coupling's
-reading, `face_coupling` (the paper states none: the correlation is the spec's own design).
+reading, `face_coupling` (the paper states none: the correlation is jaxlab's own design).
 
 Example:
   >>> w = make_world(WorldConfig(num_train=8, num_test=4), seed=0)
@@ -35,7 +35,7 @@ FACE_COUPLINGS = ("phi", "risk_difference")
 
 @dataclasses.dataclass(frozen=True)
 class WorldConfig:
-  """The synthetic world (spec §2(d) defaults).
+  """The synthetic world (defaults: jaxlab interpretation).
 
   Attributes:
     num_train: training videos.

@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from jaxlab import validation
+
 GATE_SCOPES = ("wo", "ffn", "ffn_wo")
 # Logit given to the padding id so that it is never predicted (finite: no inf * 0 NaN).
 PAD_LOGIT = -1e9
@@ -209,8 +211,15 @@ class SASRec(nn.Module):
     if items.ndim != 2 or items.shape[1] > c.max_len:
       raise ValueError(f"items must be [batch, t <= {c.max_len}], got {items.shape}")
     b, t = items.shape
+    ids = validation.concrete(items)
+    if ids is not None and ids.size and (ids.min() < 0 or ids.max() > c.num_items):
+      raise ValueError(f"items must be ids in [0, {c.num_items}] (0 is padding); got ids from "
+                       f"{ids.min()} to {ids.max()}")
     valid = items > 0
-    x = jnp.take(self.item_embed, items, axis=0)
+    # Traced, an id outside [0, num_items] embeds as NaN (its row's states turn NaN): a
+    # negative id is sent past the table rather than wrapped to the last items.
+    x = jnp.take(self.item_embed, jnp.where(items < 0, c.num_items + 1, items), axis=0,
+                 mode="fill", fill_value=jnp.nan)
     if last_token is not None:
       if last_token.shape != (b, c.d_model):
         raise ValueError(f"last_token must be [{b}, {c.d_model}], got {last_token.shape}")

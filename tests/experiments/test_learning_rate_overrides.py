@@ -19,6 +19,7 @@ from jaxlab.experiments import REGISTRY, aes, apc, eco, qat_scaling, ucpo, zeros
 from jaxlab.experiments import modex as modex_exp
 from jaxlab.rl import sac
 from jaxlab.train import lm as train_lm
+from jaxlab.train import optimizers
 from jaxlab.uq import classifiers
 from launch.configs import load_config
 
@@ -115,33 +116,40 @@ def test_qat_scaling_uses_optimizer_learning_rate(monkeypatch):
 
 
 def test_aes_sac_and_ppo_use_optimizer_learning_rates(monkeypatch):
+  # SAC builds each network's optimizer from `optimizer.<network>`, PPO from the top level,
+  # both with `jaxlab.train.optimizer` (whose keys tests/jaxlab/train/test_optimizers.py
+  # checks): the spies see the learning rate each builder call resolves.
+  from jaxlab.rl import ppo
+  seen = []
+
+  def spy_builder(real):
+    def spy(opt, num_steps, **kwargs):
+      seen.append(optimizers.resolve(opt, kwargs.get("stage"),
+                                     inherit=kwargs.get("inherit"))["learning_rate"])
+      return real(opt, num_steps, **kwargs)
+    return spy
+
+  def stop_after(real):
+    def make(*args):
+      real(*args)
+      raise _Stop
+    return make
+
+  for module in (sac, ppo):
+    monkeypatch.setattr(module, "build_optimizer", spy_builder(module.build_optimizer))
+    monkeypatch.setattr(module, "make_train", stop_after(module.make_train))
   config = load_config("aes", "smoke")
   config.optimizer.actor.learning_rate = 0.1
   config.optimizer.critic.learning_rate = 0.2
   config.optimizer.alpha.learning_rate = 0.3
-  seen = []
-
-  def spy(env, cfg, drift):
-    seen.append((cfg.actor_lr, cfg.critic_lr, cfg.alpha_lr))
-    raise _Stop
-
-  monkeypatch.setattr(sac, "make_train", spy)
   with pytest.raises(_Stop):
-    aes._run_task(config.pendulum, "abrupt", config)
-  assert seen == [(0.1, 0.2, 0.3)]
-  full = load_config("aes", "full")  # PPO (cartpole) takes the single optimizer.learning_rate
+    aes._run_task(config.pendulum, "abrupt", config, [0])
+  assert seen == [0.1, 0.2, 0.3]
+  full = load_config("aes", "full")  # PPO (cartpole) takes the top-level learning rate
   full.optimizer.learning_rate = 0.05
-  from jaxlab.rl import ppo
-  ppo_seen = []
-
-  def ppo_spy(env, cfg, drift):
-    ppo_seen.append(cfg.lr)
-    raise _Stop
-
-  monkeypatch.setattr(ppo, "make_train", ppo_spy)
   with pytest.raises(_Stop):
-    aes._run_task(full.cartpole, "abrupt", full)
-  assert ppo_seen == [0.05]
+    aes._run_task(full.cartpole, "abrupt", full, [0])
+  assert seen[3:] == [0.05]
 
 
 def test_ebplus_has_no_learning_rate():
@@ -149,13 +157,21 @@ def test_ebplus_has_no_learning_rate():
   assert "optimizer" not in load_config("ebplus", "smoke")
 
 
-def test_ucpo_stages_use_optimizer_learning_rates():
+def test_ucpo_stages_use_optimizer_learning_rates(monkeypatch):
+  # The RL stage's optimizer is the top level of `optimizer`, the SFT stage's
+  # `optimizer.sft`, both built by `jaxlab.train.optimizer`: the spy sees what each resolves.
   config = load_config("ucpo", "smoke")
   config.optimizer.learning_rate = 0.25       # the RL stage (constant schedule)
   config.optimizer.sft.learning_rate = 0.5    # the SFT stage
-  _, _, sft_cfg, rl_cfg = ucpo._configs(config)
-  assert rl_cfg.learning_rate == pytest.approx(0.25)
-  assert sft_cfg.learning_rate == pytest.approx(0.5)
+  seen, real = {}, jaxlab.train.optimizer
+
+  def spy(opt, num_steps, *, stage=None, **kwargs):
+    seen[stage] = optimizers.resolve(opt, stage)["learning_rate"]
+    return real(opt, num_steps, stage=stage, **kwargs)
+
+  monkeypatch.setattr(jaxlab.train, "optimizer", spy)
+  ucpo._configs(config)
+  assert seen == {None: pytest.approx(0.25), "sft": pytest.approx(0.5)}
 
 
 @pytest.mark.parametrize("stage", ["sft", "rl"])

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxlab import causal
@@ -156,7 +157,7 @@ def test_spatial_plus_recovers_effects_without_confounding():
 @pytest.mark.slow
 def test_mlp_head_recovers_effects_without_confounding():
   cfg, data = _unconfounded()
-  fit = causal.make_mlp_head(hidden=16, num_steps=200, learning_rate=1e-2)
+  fit = causal.make_mlp_head(optax.adam(1e-2), hidden=16, num_steps=200)
   mlp = jax.jit(jax.vmap(lambda k, d: fit(k, d, None)))(jax.random.split(jax.random.key(2), 4),
                                                         data)
   np.testing.assert_allclose(np.mean(mlp.tau), cfg.tau, atol=0.15)
@@ -196,7 +197,7 @@ def test_cvae_trains_vmapped_over_seeds_and_fits_the_treatment():
   data = jax.vmap(causal.make_generator(cfg))(keys)
   ccfg = causal.CVAEConfig(z_dim=2, hidden=8, num_steps=150, batch_size=64,
                            beta_warmup_steps=10)
-  model, train = causal.make_cvae_trainer(ccfg, 3e-3)
+  model, train = causal.make_cvae_trainer(ccfg, optax.adam(3e-3))
   params, losses = jax.jit(jax.vmap(train))(keys, data.a, data.x)
   assert losses.shape == (2, 150, 3) and bool(jnp.isfinite(losses).all())
   bce = np.asarray(losses[..., 1])
