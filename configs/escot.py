@@ -31,19 +31,20 @@ this set: it keeps the teacher's token boundaries, so every span is one teacher 
 student token and E-SCOT's cost is exactly the same-vocabulary student's (its arm is reused),
 while MinED's string mapping is broken by the marker alone. Both hold by construction, so
 that student tests neither side of the low-overlap claim (nor is its exact-string overlap
-low: mid-word pieces and punctuation keep their strings). The spec's Unigram student gets
+low: mid-word pieces and punctuation keep their strings). The Unigram student gets
 the "▁" marker because SentencePiece's Unigram uses it; with "Ġ" it would segment the text
 the same way (the marker is one more symbol) and only its strings would differ.
 
 Presets:
   smoke  tiny vocabularies, a 2-layer teacher, 2 students, a few steps (pipeline check).
-  quick  the five students at half the spec's vocabularies (teacher BPE 2k; BPE 512,
+  quick  the five students at half the full preset's vocabularies (teacher BPE 2k; BPE 512,
          Unigram 1k), 64-char chunks, a 4-layer d=64 teacher (300 steps), 2-layer d=48
          students (130 steps): sized for a loaded 2-core machine.
-  full   the spec's sizes (teacher d=256 on 4 MB, students d=128 on 200k chars).
+  full   teacher BPE 4k, BPE 1k and Unigram 2k students; a d=256 teacher on 4 MB, d=128
+         students on 200k chars.
 
-Every E-SCOT constant is a jaxlab interpretation of an unpublished formula (spec
-generative_recsys.md §2 (a')) and lives under `config.distill`.
+Every E-SCOT constant is a jaxlab interpretation of an unpublished formula (the paper's
+abstract names the components, not their equations) and lives under `config.distill`.
 """
 
 import ml_collections
@@ -78,7 +79,7 @@ def get_config(arg=None):
       num_steps=300, batch_size=32))
   config.model = ml_collections.ConfigDict(dict(
       d_model=48, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128))
-  # Quick's teacher and student steps fit 3 minutes on 2 idle cores (400 / 150 took 187 s).
+  # Quick's teacher and student steps are sized to the quick preset's 3-minute budget.
   config.train = ml_collections.ConfigDict(dict(num_steps=130, batch_size=16))
   # optimizer.* is the students'; optimizer.teacher the teacher's stage.
   config.optimizer = ml_collections.ConfigDict(dict(
@@ -86,12 +87,12 @@ def get_config(arg=None):
       b2=0.95, weight_decay=0.1, grad_clip=1.0,
       teacher=dict(learning_rate=3e-3, warmup_steps=50)))
 
-  # Distillation (every entry a jaxlab interpretation; spec §2 (a')).
+  # Distillation (every entry a jaxlab interpretation of the abstract).
   config.distill = ml_collections.ConfigDict(dict(
       # escot_uniform / escot_dense: E-SCOT without Renyi weights / without the span constraint.
       methods="sft,uld,mined,escot,escot_uniform,escot_dense",
       ablation_students="spm1k,char",  # the students that run the two ablations (budget)
-      lam=0.5,              # KD weight, the same for every KD method (spec: lambda in [0.1, 1])
+      lam=0.5,              # KD weight, the same for every KD method (ours, in [0.1, 1])
       temperature=1.0,      # teacher softmax temperature
       top_k=16,             # ranks compared by ULD and E-SCOT's rank cost; MinED's teacher top-k
       alpha=2.0,            # Renyi order (collision entropy)
@@ -179,7 +180,7 @@ def get_config(arg=None):
     config.distill.ablation_students = "spm2k,char"
     config.teacher.update(model=dict(d_model=256, num_layers=4, num_heads=4, num_kv_heads=2,
                                      d_ff=768), num_steps=4000)
-    config.model.update(d_model=128, d_ff=384)  # the spec's student size
+    config.model.update(d_model=128, d_ff=384)
     config.train.update(num_steps=1000, batch_size=32)
     config.bench.lengths = (64, 128, 256, 512, 1024, 2048)
   return config

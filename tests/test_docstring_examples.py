@@ -37,7 +37,8 @@ MODULES = [n for n in _module_names() if _examples(n)]
 SLOW_EXAMPLES = frozenset({
     "jaxlab.causal", "jaxlab.causal._cvae", "jaxlab.causal._estimators",
     "jaxlab.causal._generator", "jaxlab.diffusion.dit", "jaxlab.diffusion.icl_task",
-    "jaxlab.diffusion.positions", "jaxlab.diffusion.render", "jaxlab.motion.model",
+    "jaxlab.diffusion.positions", "jaxlab.diffusion.render", "jaxlab.distill.cost",
+    "jaxlab.distill.training", "jaxlab.motion.model",
     "jaxlab.motion.training", "jaxlab.nn.transformer", "jaxlab.optim", "jaxlab.optim.eco",
     "jaxlab.privacy.training", "jaxlab.recsys.gates", "jaxlab.recsys.sasrec",
     "jaxlab.retrieval.losses", "jaxlab.retrieval.model", "jaxlab.retrieval.nig",

@@ -9,9 +9,9 @@ those bands ("interp") or from the unseen sector [train_yaw_max, 360) ("extrap")
 Arms (how pose reaches the model; `ARMS`):
   sape        SAPE 3-axis RoPE for every image (refs from their own pose); nothing else.
   rope2d      2-D grid RoPE (image index, row, col); every image's pose code added to its
-              tokens and the target pose through adaLN (jaxlab interpretation: the spec names
-              only the adaLN target pose; without the references' poses the baseline could
-              not relate them to the target).
+              tokens and the target pose through adaLN (jaxlab interpretation, the adaLN
+              target pose too: without the references' poses the baseline could not relate
+              them to the target).
   plucker     rope2d + each token's Plücker ray (d, o x d) as a token feature.
   sape_noref  SAPE with every reference masked out (the shape prior alone).
 
@@ -77,7 +77,7 @@ def get_arm(name: str) -> ArmSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-  """The task and its splits (every field a jaxlab interpretation of the spec's toy setting).
+  """The task and its splits (every field a jaxlab interpretation: the paper's is not public).
 
   Attributes:
     image_size, patch: pixels per side and per token side (G = image_size // patch).
@@ -238,12 +238,10 @@ def arm_inputs(flags: Array, yaw: Array, pitch: Array, image_mask: Array, cfg: T
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Training: steps, batch, AdamW, and the sampler's Euler steps at evaluation."""
+  """Training: steps and batch (the optimizer is `train`'s `tx`), and the sampler's Euler
+  steps at evaluation."""
   num_steps: int = 300
   batch_size: int = 16
-  learning_rate: Any = 1e-3   # a float or an optax schedule
-  weight_decay: float = 0.0
-  grad_clip: float = 1.0
   sample_steps: int = 10
 
 
@@ -267,18 +265,17 @@ def velocity_fn(model: DiT, params, refs: Array, inputs: dict[str, Any]):
 
 
 def train(key: Array, flags: Array, pool: render.Objects, cfg: TaskConfig, train_cfg: TrainConfig,
-          model: DiT) -> tuple[Any, Array]:
+          model: DiT, tx: optax.GradientTransformation) -> tuple[Any, Array]:
   """Trains one model per arm with rectified flow; returns (params, losses [A, steps]).
 
   The arms (`flags` [A, 5], rows of `ArmSpec.flags()`) share the init key and every batch,
   noise and time draw (paired arms); the rendering runs once per step for all of them.
-  jit/vmap-able (vmap over `key` for seeds).
+  jit/vmap-able (vmap over `key` for seeds). `tx` is the optimizer of every arm
+  (`jaxlab.train.optimizer(config.optimizer, train_cfg.num_steps)`).
   """
   if flags.ndim != 2 or flags.shape[1] != 5:
     raise ValueError(f"flags must be [arms, 5] (ArmSpec.flags() rows), got {flags.shape}")
   k_init, k_data = jax.random.split(key)
-  tx = optax.chain(optax.clip_by_global_norm(train_cfg.grad_clip),
-                   optax.adamw(train_cfg.learning_rate, weight_decay=train_cfg.weight_decay))
 
   def draw(k):
     kb, kt, kn = jax.random.split(k, 3)

@@ -6,9 +6,12 @@ Modules:
   losses    Renyi entropy, the E-SCOT loss, its dense-coupling ablation, and the ULD / MinED /
             dense-OT baselines.
   tokenize  offline tokenizers with controlled vocabulary overlap (`tokenizers`).
+  data      tokenizers from specs, text chunks, the alignment arrays a student step reads.
+  training  teacher and student language models, their losses, trainers and bits/byte.
+  cost      the time of the span-sparse vs a dense coupling; summary: the run's table.
 
-The E-SCOT formulation is a jaxlab interpretation of an unpublished method
-(spec: generative_recsys.md §2 (a')).
+The E-SCOT formulation is a jaxlab interpretation of an unpublished method (the paper's
+abstract names its components, not their equations).
 """
 
 from jaxlab.distill.losses import (

@@ -5,9 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.distill import losses
+import jaxlab.data
+from jaxlab.distill import data as kd_data
+from jaxlab.distill import losses, spans, tokenize, training
 from jaxlab.experiments import escot
 from jaxlab.report import VERDICTS, criteria_from_config, judge_all, read_results
+from jaxlab.train.optimizers import resolve
 from launch.configs import load_config
 
 
@@ -41,7 +44,7 @@ def test_smoke_run_writes_table_and_resumes(smoke):
     if c["floor"] is not None:
       np.testing.assert_allclose(c["reference_mean"], unigram)
   assert [i["reading"] for i in report["interpretations"]] == ["char"]
-  students = escot.parse_students(config.tokenizers.students)
+  students = kd_data.parse_students(config.tokenizers.students)
   assert set(on_disk["table"]) == set(students)
   ablating = set(escot.split_names(config.distill.ablation_students))
   for s in students:
@@ -191,10 +194,10 @@ def test_ablation_arms_differ_from_escot_only_in_their_component():
   # component changed: uniform span weights, or a dense coupling with the span marginals.
   config = load_config("escot", "smoke")
   code = "def f(x):\n    return x + 1\n"
-  teacher = escot.tokenize.train_tokenizer("bpe", code * 40, 140)
-  student = escot.tokenize.train_tokenizer("char", "", 0)
+  teacher = tokenize.train_tokenizer("bpe", code * 40, 140)
+  student = tokenize.train_tokenizer("char", "", 0)
   chunks = [code] * 2  # identical rows: the batch mean is the one chunk's loss
-  t_toks, s_toks = (escot.encode_chunks(tok, chunks) for tok in (teacher, student))
+  t_toks, s_toks = (kd_data.encode_chunks(tok, chunks) for tok in (teacher, student))
   rng = np.random.default_rng(0)
   width_t, k = t_toks.inputs.shape[1], config.distill.top_k
   char_t = np.tile(rng.dirichlet(np.full(128, 0.3), width_t), (2, 1, 1)).astype(np.float32)
@@ -202,22 +205,23 @@ def test_ablation_arms_differ_from_escot_only_in_their_component():
   stats = dict(char_t=char_t, top_t=top.astype(np.float32),
                top_ids=np.zeros(top.shape, np.int32),
                ent_t=np.asarray(losses.renyi_entropy(jnp.asarray(char_t), config.distill.alpha)))
-  arrays, k_max = escot.student_arrays(t_toks, s_toks, stats,
-                                       np.zeros(teacher.get_vocab_size(), np.int32), "overlap")
+  arrays, k_max = kd_data.alignment_arrays(t_toks, s_toks, stats,
+                                            np.zeros(teacher.get_vocab_size(), np.int32),
+                                            "overlap")
   arrays = jax.tree.map(jnp.asarray, arrays)
   # The ablation's marginals are the span coupling's own.
   n, m = (len(o) for o in (t_toks.offsets[0], s_toks.offsets[0]))
-  coupling = escot.spans_lib.overlap_coupling(t_toks.offsets[0], s_toks.offsets[0])
-  mass_t, mass_s = escot.spans_lib.coupling_marginals(coupling, n, m)
+  coupling = spans.overlap_coupling(t_toks.offsets[0], s_toks.offsets[0])
+  mass_t, mass_s = spans.coupling_marginals(coupling, n, m)
   np.testing.assert_allclose(arrays["mass_t"][0, :n], mass_t, rtol=1e-6)
   np.testing.assert_allclose(arrays["mass_s"][0, :m], mass_s, rtol=1e-6)
   assert not np.any(arrays["mass_t"][0, n:]) and not np.any(arrays["mass_s"][0, m:])
 
-  first = jnp.asarray(escot.tokenize.first_char_matrix(escot.tokenize.vocab_strings(student)))
-  model = escot.make_lm(config.model.to_dict(), s_toks.vocab)
+  first = jnp.asarray(tokenize.first_char_matrix(tokenize.vocab_strings(student)))
+  model = training.make_lm(config.model.to_dict(), s_toks.vocab)
   methods = ("escot", "escot_uniform", "escot_dense")
-  loss_fn = escot.make_student_loss(config, model, s_toks.vocab, np.asarray(first), k_max,
-                                    methods)
+  loss_fn = training.make_student_loss(config.distill, model, s_toks.vocab, np.asarray(first),
+                                       k_max, methods)
   d = config.distill
   shared = dict(num_spans=k_max, alpha=d.alpha, tau=d.tau, char_weight=d.char_weight,
                 rank_weight=d.rank_weight, entropy_on=d.entropy_on)
@@ -227,7 +231,7 @@ def test_ablation_arms_differ_from_escot_only_in_their_component():
     params = model.init(jax.random.key(0), arrays["inputs"][:1])["params"]
     got = [loss_fn(params, arrays, i)[1] for i in range(len(methods))]
     row = {key: v[0] for key, v in arrays.items()}
-    logp = escot._logp(model, params, row["inputs"][None], s_toks.vocab)[0]
+    logp = training.token_log_probs(model, params, row["inputs"][None], s_toks.vocab)[0]
     teacher_side = (row["char_t"], row["top_t"], row["ent_t"], row["span_t"], logp, first,
                     row["span_s"])
     sparse = (row["pt"], row["ps"], row["pspan"], row["pmass"])
@@ -245,26 +249,31 @@ def test_ablation_arms_differ_from_escot_only_in_their_component():
   assert not np.isclose(got[0][1], got[1][1]) and not np.isclose(got[0][1], got[2][1])
 
 
-def test_escot_uses_optimizer_learning_rate(monkeypatch):
+def test_escot_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  # The teacher (the "teacher" stage of config.optimizer) and the students (its top level)
+  # build their optimizers with `jaxlab.train.optimizer`; tests/jaxlab/train/
+  # test_optimizers.py checks that every key of it is honoured.
   seen = []
-  real = escot.lm_lib.make_optimizer
 
-  def spy(cfg, num_steps):
-    seen.append(cfg.optimizer.learning_rate)
-    if len(seen) == 2:
+  def spy(opt, num_steps, stage=None, **kwargs):
+    seen.append((stage, resolve(opt, stage)["learning_rate"], num_steps))
+    if stage is None:  # the students' optimizer: all this test needed
       raise _Stop
-    return real(cfg, num_steps)
+    return real(opt, num_steps, stage=stage, **kwargs)
 
-  monkeypatch.setattr(escot.lm_lib, "make_optimizer", spy)
+  def untrained_teacher(model, toks, tx, **kwargs):  # the teacher's optimizer, not its training
+    return model.init(jax.random.key(0), jnp.asarray(toks.inputs[:1]))["params"]
+
+  real = escot.optimizer
+  monkeypatch.setattr(escot, "optimizer", spy)
+  monkeypatch.setattr(training, "train_teacher", untrained_teacher)
   config = load_config("escot", "smoke")
   config.optimizer.learning_rate = 0.0123
   config.optimizer.teacher.learning_rate = 0.0456
-  escot.make_student_trainer(config, escot.make_lm(config.model.to_dict(), 8), 8,
-                             np.zeros((8, 128), np.float32), 4)
-  toks = escot.encode_chunks(escot.tokenize.train_tokenizer("char", "", 0), ["ab cd"] * 2)
   with pytest.raises(_Stop):
-    escot.train_teacher(config, toks, "/nonexistent")
-  assert seen == [0.0123, 0.0456]
+    escot.run(config, str(tmp_path))
+  assert seen == [("teacher", 0.0456, config.teacher.num_steps),
+                  (None, 0.0123, config.train.num_steps)]
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -297,7 +306,7 @@ def test_bad_config_raises(field, value, match, tmp_path):
 def test_bad_value_raises_before_any_work(field, value, tmp_path, monkeypatch):
   def stop(**kwargs):
     raise _Stop
-  monkeypatch.setattr(escot.data, "load_corpus", stop)
+  monkeypatch.setattr(jaxlab.data, "load_corpus", stop)
   config = load_config("escot", "smoke")
   section, key = field.split(".")
   config[section][key] = value
@@ -307,12 +316,12 @@ def test_bad_value_raises_before_any_work(field, value, tmp_path, monkeypatch):
 
 def test_tokenizer_specs_take_the_sentencepiece_marker():
   text = "def f(x):\n    return x\n" * 30
-  sp = escot._train_kind("bpe:140:sp", text)
-  assert any(s.startswith(escot.tokenize.SP_MARKER) for s in escot.tokenize.vocab_strings(sp))
-  gpt2 = escot.tokenize.vocab_strings(escot._train_kind("bpe:140", text))
-  assert not any(s.startswith(escot.tokenize.SP_MARKER) for s in gpt2)
+  sp = kd_data.tokenizer_from_spec("bpe:140:sp", text)
+  assert any(s.startswith(tokenize.SP_MARKER) for s in tokenize.vocab_strings(sp))
+  gpt2 = tokenize.vocab_strings(kd_data.tokenizer_from_spec("bpe:140", text))
+  assert not any(s.startswith(tokenize.SP_MARKER) for s in gpt2)
   with pytest.raises(ValueError, match="tokenizer spec"):
-    escot._train_kind("unigram:1024:gpt3", text)
+    kd_data.tokenizer_from_spec("unigram:1024:gpt3", text)
 
 
 @pytest.mark.slow

@@ -337,7 +337,7 @@ DEFINES_OPTIMIZERS = {"jaxlab/train/optimizers.py", "jaxlab/optim/baselines.py"}
 # Trainers that still build their own optimizer from config values. Porting one to
 # `jaxlab.train.optimizer` removes it here; the list only shrinks.
 NOT_YET_PORTED = {
-    "jaxlab/diffusion/icl_task.py", "jaxlab/experiments/bench_lm_train.py",
+    "jaxlab/experiments/bench_lm_train.py",
     "jaxlab/experiments/sata.py", "jaxlab/recsys/training.py", "jaxlab/retrieval/training.py",
     "jaxlab/zeroshot/expansion.py", "jaxlab/zeroshot/world.py",
 }
