@@ -6,7 +6,8 @@ in-context learning). Poses: yaw in [0, 360), pitch in [-30, 30]. Training and r
 yaws come from [0, train_yaw_max) minus interleaved held-out bands; test targets come from
 those bands ("interp") or from the unseen sector [train_yaw_max, 360) ("extrap").
 
-Arms (how pose reaches the model; `ARMS`):
+Arms (how pose reaches the model; `ARMS`)::
+
   sape        SAPE 3-axis RoPE for every image (refs from their own pose); nothing else.
   rope2d      2-D grid RoPE (image index, row, col); every image's pose code added to its
               tokens and the target pose through adaLN (jaxlab interpretation, the adaLN

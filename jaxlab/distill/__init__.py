@@ -1,6 +1,7 @@
 """Cross-tokenizer knowledge distillation: E-SCOT (span-constrained OT + Renyi weights).
 
-Modules:
+Modules::
+
   spans     synchronisation spans from character offsets, the sparse in-span coupling.
   sinkhorn  a log-domain entropic OT solver in jnp (matches POT).
   losses    Renyi entropy, the E-SCOT loss, its dense-coupling ablation, and the ULD / MinED /

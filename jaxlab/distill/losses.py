@@ -7,11 +7,12 @@ entropy. "Distribution of token i" always means the model's prediction FOR
 token i (made from the prefix before it), so the first tokens of a span see
 exactly the same text prefix on both sides.
 
-E-SCOT (jaxlab interpretation, spec generative_recsys.md §2 (a'); the paper's
-formula is unpublished):
+E-SCOT (jaxlab interpretation: the paper's formula is unpublished)::
+
   L_kd = sum_k w_k sum_{(i,j) in span k} pi_ij c_ij,
   c_ij = char_weight * KL(charT_i || charS_j) + rank_weight * sum_r |sortT_i,r - sortS_j,r|,
   w_k  = K * softmax_k(Delta_k / tau) (stop-gradient), Delta_k = |mean_{I_k} H_a(T) - mean_{J_k} H_a(S)|,
+
 with pi the sparse span coupling of `jaxlab.distill.spans` (mass 1/K per span).
 
 The ablations of its two components: `weighting="none"` (uniform span weights, no
@@ -46,7 +47,7 @@ def renyi_entropy(p: Float[Array, "*b v"], alpha: float = 2.0) -> Float[Array, "
     alpha: order >= 0; 1 gives Shannon entropy, `math.inf` the min-entropy -log max p.
 
   Returns:
-    [*b] entropies.
+    ``[*b]`` entropies.
 
   Raises:
     ValueError: if a concrete `p` is not a distribution (a NaN, a negative entry, a row
@@ -101,7 +102,7 @@ def sorted_topk(p: Float[Array, "*b v"], k: int) -> Float[Array, "*b k"]:
 
 def uld_distance(p: Float[Array, "*b v"], q: Float[Array, "*b w"],
                  k: int | None = None) -> Float[Array, "*b"]:
-  """ULD's vocabulary-free distance: sum_r |sort(p)_r - sort(q)_r| over the top-k ranks.
+  """ULD's vocabulary-free distance: sum_r abs(sort(p)_r - sort(q)_r) over the top-k ranks.
 
   With `k=None` the shorter distribution is zero-padded to the longer one and
   every rank counts; divided by that length it is the 1-D Wasserstein-1
@@ -109,12 +110,12 @@ def uld_distance(p: Float[Array, "*b v"], q: Float[Array, "*b w"],
   values (the sorted-W1 closed form, Boizard et al. 2024).
 
   Args:
-    p: [*b, v] probabilities.
-    q: [*b, w] probabilities (another vocabulary size is fine).
+    p: ``[*b, v]`` probabilities.
+    q: ``[*b, w]`` probabilities (another vocabulary size is fine).
     k: number of leading ranks compared (None: all).
 
   Returns:
-    [*b] distances in [0, 2].
+    ``[*b]`` distances in [0, 2].
 
   Example:
     >>> import jax.numpy as jnp
@@ -261,11 +262,10 @@ def escot_dense_loss(char_teacher: Float[Array, "n c"], topk_teacher: Float[Arra
   being the Sinkhorn plan of c (stop-gradient, as the span coupling is constant).
   A pair (i, j) is weighted (w_span(i) + w_span(j)) / 2 (jaxlab interpretation: it
   equals w_k on the pairs of span k, where both tokens lie, so with the span support
-  this loss would be `escot_loss` up to the Sinkhorn plan).
+  this loss would be `escot_loss` up to the Sinkhorn plan). The arguments from
+  `char_teacher` to `span_student` are those of `escot_loss`.
 
   Args:
-    char_teacher, topk_teacher, ent_teacher, span_teacher, logp_student, first_char,
-      span_student: as for `escot_loss`.
     mass_teacher: [n] the span coupling's teacher marginal (`spans.coupling_marginals`;
       0 on padding).
     mass_student: [m] its student marginal (0 on padding).
@@ -319,7 +319,7 @@ def uld_loss(topk_teacher: Float[Array, "n r"], logp_student: Float[Array, "m v"
     valid: [l] 1 where position t < min(len_teacher, len_student), else 0.
 
   Returns:
-    Scalar mean over valid positions of sum_r |sortT_t,r - sortS_t,r|.
+    Scalar mean over valid positions of sum_r abs(sortT_t,r - sortS_t,r).
   """
   length = valid.shape[0]
   if length > min(topk_teacher.shape[0], logp_student.shape[0]):

@@ -41,7 +41,7 @@ def sinkhorn(cost: Float[Array, "n m"], a: Float[Array, " n"], b: Float[Array, "
     num_iters: Sinkhorn iterations (each updates f then g; run by `lax.scan`).
 
   Returns:
-    A `SinkhornOutput`; `error` = sum_i |(P 1)_i - a_i| measures convergence
+    A `SinkhornOutput`; `error` = sum_i abs((P 1)_i - a_i) measures convergence
     (the column marginal is exact after each g update).
 
   Raises:

@@ -9,7 +9,7 @@ inside their span, so the coupling is block-diagonal and local.
 
 The deterministic coupling (jaxlab interpretation of E-SCOT, whose exact
 formulation is unpublished) puts pi_ij proportional to the number of shared
-characters |chars(i) n chars(j)| inside each span, with mass 1/K per span
+characters, size(chars(i) n chars(j)), inside each span, with mass 1/K per span
 (K spans). The characters of two interval partitions overlap in a staircase,
 so at most n + m - 1 pairs (i, j) have pi_ij > 0: the coupling is stored as a
 list of pairs and costs O(n + m), where a dense coupling costs O(n m).

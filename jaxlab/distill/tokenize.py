@@ -152,8 +152,9 @@ def vocab_overlap(teacher: list[str], student: list[str]) -> dict[str, float]:
   """Exact-string vocabulary overlap.
 
   Returns:
-    dict(of_student=|T n S| / |S| (the spec's measure), of_teacher=|T n S| / |T|,
-    jaccard=|T n S| / |T u S|).
+    dict(of_student = size(T n S) / size(S) (the overlap the escot row
+    reports), of_teacher = size(T n S) / size(T),
+    jaccard = size(T n S) / size(T u S)).
   """
   t, s = set(teacher), set(student)
   inter = len(t & s)
