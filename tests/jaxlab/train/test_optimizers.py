@@ -236,8 +236,7 @@ NOT_YET_PORTED = {
     "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py",
     "jaxlab/experiments/sata.py", "jaxlab/pc/training.py", "jaxlab/privacy/mil.py",
     "jaxlab/recsys/training.py", "jaxlab/retrieval/training.py", "jaxlab/rl/knowledge_task.py",
-    "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py", "jaxlab/zeroshot/expansion.py",
-    "jaxlab/zeroshot/world.py",
+    "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
 }
 
 
