@@ -23,10 +23,10 @@ import numpy as np
 
 from jaxlab.presets import config_names
 from jaxlab.report import seed_summary
-from jaxlab.study import Study, mean_std
+from jaxlab.study import Study
 from jaxlab.text.cache import encode_cached
 from jaxlab.train.optimizers import resolve
-from jaxlab.zeroshot import expansion, routing, world
+from jaxlab.zeroshot import expansion, routing, summary, world
 from jaxlab.zeroshot.expansion import make_arm
 
 PAPER_CLAIM = ("Granularity-aware expansion (multi-source semantics, latent-group routing, "
@@ -57,10 +57,6 @@ def _worlds(config, name: str, seeds: list[int], workdir: str) -> world.World:
   cfg = world.FeatureConfig(**f, num_unseen=config.semireal.num_unseen)
   return world.stack([world.semireal_world(emb.reshape(len(templates), len(names), -1), groups,
                                            cfg, sd) for sd in seeds])
-
-
-def _pm(s: dict) -> str:
-  return mean_std(s, digits=1, scale=100)
 
 
 # criterion prefix -> (metric, baseline arm, chance-level floor or None).
@@ -176,50 +172,11 @@ def run(config, workdir: str) -> dict:
   return study.finish(
       method="GA-ZSCE (granularity-aware zero-shot classifier expansion, reconstruction)",
       paper_claim=PAPER_CLAIM,
-      baseline=_describe(table, BASELINE, worlds) if BASELINE in arms else "shared arm not run",
-      ours=_describe(table, METHOD, worlds) if METHOD in arms else "full arm not run",
-      details=_details(config, table, at_reading, arms, worlds, len(study.seeds)),
+      baseline=(summary.describe(table, BASELINE, worlds) if BASELINE in arms
+                else "shared arm not run"),
+      ours=(summary.describe(table, METHOD, worlds, groups=True) if METHOD in arms
+            else "full arm not run"),
+      details=summary.details(config.method, table, at_reading, arms, worlds),
       results=dict(experiment="zeroshot", preset=config.preset, seeds=study.seeds, arms=arms,
                    worlds=worlds, table=table, config=json.loads(config.to_json_best_effort())))
 
-
-def _counts(cell: dict) -> str:
-  return ",".join(str(int(k)) for k in cell["num_groups_found"]["per_seed"])
-
-
-def _describe(table: dict, arm: str, worlds: list[str]) -> str:
-  return "; ".join(
-      f"{w}: u {_pm(table[w][arm]['u'])}, s {_pm(table[w][arm]['s'])}, "
-      f"H {_pm(table[w][arm]['H'])}, within-group unseen {_pm(table[w][arm]['within'])} %"
-      + (f", groups found {_counts(table[w][arm])} (true "
-         f"{int(table[w][arm]['num_groups_true']['per_seed'][0])})" if arm == METHOD else "")
-      for w in worlds if arm in table[w])
-
-
-def _details(config, table: dict, at_reading: dict, arms: list[str], worlds: list[str],
-             num_seeds: int) -> str:
-  lines = [f"World x arm, mean ± std over {num_seeds} paired seeds, in % (u / s / H / T / "
-           "within-group unseen / between-group unseen; template sensitivity = spread of the "
-           "unseen weights across sources, 1 - cos x 100, and std of H across sources):"]
-  for w in worlds:
-    for a in arms:
-      c = table[w][a]
-      lines.append(f"{w}/{a}: " + " / ".join(_pm(c[m]) for m in ("u", "s", "H", "T", "within",
-                                                                    "between"))
-                   + f"; template spread {_pm(c['weight_spread'])}, H std across templates "
-                   f"{_pm(c['H_template_std'])}.")
-  for w, by_rule in at_reading.items():
-    lines.append(f"{w}: groups found per seed by rule: " + "; ".join(
-        f"{rule} {_counts(cell)} (H {_pm(cell['H'])}, within {_pm(cell['within'])} %)"
-        for rule, cell in by_rule.items()) + ".")
-  m = config.method
-  lines.append(
-      "GA-ZSCE is a jaxlab reconstruction from the abstract (no paper text or code): k-means "
-      f"groups ({m.routing} routing), their number "
-      + (f"fixed at {m.num_groups} (an override)" if m.num_groups > 0 else
-         f"chosen by {m.group_rule} in [2, {m.max_groups}] from the class semantics")
-      + f", with residual weight heads, per-group loss normalisation={m.group_norm}, L_inv "
-      f"weight {m.lam_inv}, intra-group margin kappa={m.margin} weight {m.lam_margin}; "
-      "ICIS = dual autoencoder with four cosine terms. Unseen weights are rescaled to the seen "
-      "weights' mean norm. Within-group accuracy = argmax among the true group's classes.")
-  return " ".join(lines)
