@@ -83,6 +83,15 @@ def test_modex_config_builds_the_adamw_it_always_did():
   np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 200)), _trajectory(old))
 
 
+@pytest.mark.parametrize("row,stage,lr", [("cramer", None, 1e-3), ("cramer", "backbone", 3e-3),
+                                          ("zeroshot", None, 1e-3), ("zeroshot", "head", 0.05)])
+def test_constant_adam_rows_build_the_adam_they_always_did(row, stage, lr):
+  # cramer's arms and backbone, zeroshot's mapping and seen-class head: constant-rate Adam.
+  opt = load_config(row, "smoke").optimizer
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20, stage=stage)),
+                                _trajectory(optax.adam(lr)))
+
+
 def test_defaults_are_adamw_without_decay_and_without_clipping():
   tx = train.optimizer(_opt(learning_rate=0.1, schedule="constant"), 10)
   np.testing.assert_array_equal(_trajectory(tx), _trajectory(optax.adam(0.1)))
@@ -233,10 +242,9 @@ DEFINES_OPTIMIZERS = {"jaxlab/train/optimizers.py", "jaxlab/optim/baselines.py"}
 NOT_YET_PORTED = {
     "jaxlab/causal/_cvae.py", "jaxlab/causal/_estimators.py", "jaxlab/diffusion/icl_task.py",
     "jaxlab/experiments/apc.py", "jaxlab/experiments/bench_lm_train.py",
-    "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py",
-    "jaxlab/experiments/sata.py", "jaxlab/pc/training.py", "jaxlab/privacy/mil.py",
-    "jaxlab/recsys/training.py", "jaxlab/retrieval/training.py", "jaxlab/rl/knowledge_task.py",
-    "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
+    "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py", "jaxlab/experiments/sata.py",
+    "jaxlab/pc/training.py", "jaxlab/privacy/mil.py", "jaxlab/retrieval/training.py",
+    "jaxlab/rl/knowledge_task.py", "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
 }
 
 
