@@ -82,7 +82,7 @@ class CVGLModel(nn.Module):
     hidden: encoder / head width.
     embed_dim: embedding size.
     head_hidden: NIG head width.
-    head_stop_gradient: stop the DER loss's gradient at the backbone (the spec's ablation).
+    head_stop_gradient: stop the DER loss's gradient at the backbone (a jaxlab ablation).
     dtype, param_dtype: computation and parameter dtypes.
   """
   hidden: int = 32

@@ -83,6 +83,14 @@ def test_modex_config_builds_the_adamw_it_always_did():
   np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 200)), _trajectory(old))
 
 
+def test_cvgl_config_builds_the_clipped_adamw_it_always_did():
+  # Sample4Geo's optimizer: clip the global norm to 1, then AdamW (decay 1e-4) on the schedule.
+  opt = load_config("cvgl", "smoke").optimizer
+  old = optax.chain(optax.clip_by_global_norm(1.0),
+                    optax.adamw(train.make_schedule(opt, 20), weight_decay=1e-4))
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20)), _trajectory(old))
+
+
 @pytest.mark.parametrize("row,stage,lr", [("cramer", None, 1e-3), ("cramer", "backbone", 3e-3),
                                           ("zeroshot", None, 1e-3), ("zeroshot", "head", 0.05)])
 def test_constant_adam_rows_build_the_adam_they_always_did(row, stage, lr):
@@ -243,8 +251,8 @@ NOT_YET_PORTED = {
     "jaxlab/causal/_cvae.py", "jaxlab/causal/_estimators.py", "jaxlab/diffusion/icl_task.py",
     "jaxlab/experiments/apc.py", "jaxlab/experiments/bench_lm_train.py",
     "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py", "jaxlab/experiments/sata.py",
-    "jaxlab/pc/training.py", "jaxlab/privacy/mil.py", "jaxlab/retrieval/training.py",
-    "jaxlab/rl/knowledge_task.py", "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
+    "jaxlab/pc/training.py", "jaxlab/privacy/mil.py", "jaxlab/rl/knowledge_task.py",
+    "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
 }
 
 
