@@ -14,7 +14,7 @@ import pytest
 from jaxlab.experiments import REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PORTED = ("lm", "oea", "kernelband", "modex", "ebplus", "zeroshot", "cramer", "cvgl")
+PORTED = ("lm", "oea", "kernelband", "modex", "ebplus", "zeroshot", "cramer", "cvgl", "sata")
 # What `Study` does for a run(): a ported module names none of these.
 SKELETON = frozenset({"ArmCache", "judge_all", "ReportRow", "write_results", "save_plot",
                       "makedirs", "config_seeds"})

@@ -91,6 +91,12 @@ def test_cvgl_config_builds_the_clipped_adamw_it_always_did():
   np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20)), _trajectory(old))
 
 
+def test_sata_config_builds_the_clipped_adam_it_always_did():
+  opt = load_config("sata", "smoke").optimizer
+  old = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(train.make_schedule(opt, 20)))
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20)), _trajectory(old))
+
+
 @pytest.mark.parametrize("row,stage,lr", [("cramer", None, 1e-3), ("cramer", "backbone", 3e-3),
                                           ("zeroshot", None, 1e-3), ("zeroshot", "head", 0.05)])
 def test_constant_adam_rows_build_the_adam_they_always_did(row, stage, lr):
@@ -250,9 +256,8 @@ DEFINES_OPTIMIZERS = {"jaxlab/train/optimizers.py", "jaxlab/optim/baselines.py"}
 NOT_YET_PORTED = {
     "jaxlab/causal/_cvae.py", "jaxlab/causal/_estimators.py", "jaxlab/diffusion/icl_task.py",
     "jaxlab/experiments/apc.py", "jaxlab/experiments/bench_lm_train.py",
-    "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py", "jaxlab/experiments/sata.py",
-    "jaxlab/pc/training.py", "jaxlab/privacy/mil.py", "jaxlab/rl/knowledge_task.py",
-    "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
+    "jaxlab/experiments/eco.py", "jaxlab/experiments/qat_scaling.py", "jaxlab/pc/training.py",
+    "jaxlab/privacy/mil.py", "jaxlab/rl/knowledge_task.py", "jaxlab/rl/ppo.py", "jaxlab/rl/sac.py",
 }
 
 
