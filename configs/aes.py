@@ -5,7 +5,7 @@ Command:
 
 Presets:
   smoke  Pendulum SAC, abrupt drift, 4 arms x 2 seeds, a few hundred steps
-         (pipeline check only; ~20 s on 2 cores, mostly compilation).
+         (pipeline check only, mostly compilation).
   quick  Pendulum SAC, abrupt drift (actuator polarity flipped at T/3 and
          back at 2T/3), fixed alpha / auto-alpha / AES under both square-root
          rules, 3 paired seeds vmapped, 12k vector steps each.
@@ -59,7 +59,7 @@ def _ppo(**kw):
   base = dict(num_envs=8, num_steps=64, total_updates=300, num_evals=30,
               eval_envs=8, update_epochs=4, num_minibatches=4,
               gamma=0.99, gae_lambda=0.95, clip_eps=0.2, vf_coef=0.5,
-              ent_coef=0.01, max_grad_norm=0.5, hidden=64, aes_kappa=4.0,
+              ent_coef=0.01, hidden=64, aes_kappa=4.0,
               aes_quantile=0.9, aes_fast_decay=0.8, aes_slow_decay=0.98,
               aes_lambda_max=0.1, **_network_dtypes())
   base.update(kw)
@@ -103,10 +103,12 @@ def get_config(arg=None):
   # Comma-separated; tasks are the sub-configs below.
   config.tasks = "pendulum"
   config.drift_modes = "abrupt"
-  # Learning rates of every task: SAC's three Adams (actor, critic, temperature)
-  # and PPO's single Adam (`optimizer.learning_rate`).
+  # Every task's optimizers (jaxlab.train.optimizer): the top level is PPO's single Adam
+  # (purejaxrl's eps 1e-5 and global-norm clip 0.5); SAC's three Adams (actor, critic,
+  # temperature) are the sections, which inherit only the top level's schedule keys
+  # (jaxlab.rl.sac): no clip, optax's eps.
   config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, schedule="constant",
+      learning_rate=1e-3, schedule="constant", eps=1e-5, grad_clip=0.5,
       actor=dict(learning_rate=1e-3), critic=dict(learning_rate=1e-3),
       alpha=dict(learning_rate=1e-3)))
 

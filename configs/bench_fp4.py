@@ -6,7 +6,7 @@ Reports, per format, XLA/NumPy speed-ups and the fraction of a same-size
 float32 copy's bandwidth, in rounds with the NumPy baselines and in rounds of
 the XLA ops alone (see `jaxlab.experiments.bench_fp4`). Targets: NVFP4 quantize
 >= 3x NumPy; NVFP4 and MixFP4 quantize >= 40% and dequantize >= 70% of copy
-bandwidth (issue 18), in both kinds of rounds. Format names are `jaxlab.formats` presets.
+bandwidth, in both kinds of rounds. Format names are `jaxlab.formats` presets.
 """
 
 import ml_collections

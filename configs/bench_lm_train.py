@@ -10,7 +10,7 @@ same model and step written in PyTorch eager
 process, median of `repeats`; then again back to back (`back_to_back_block`
 consecutive steps of each, the first untimed: a training loop's steady state).
 Reports tokens/s of each and the ratios jaxlab / torch for both orders (goal
->= 1.0 on 2 CPU cores, issue 18). Without torch the comparison is skipped with a
+>= 1.0 on 2 CPU cores). Without torch the comparison is skipped with a
 message and only jaxlab's tokens/s are reported.
 quick: ~2 min on 2 idle cores with torch; smoke: a few seconds, no timing claims.
 """

@@ -39,13 +39,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   c.seeds = (0, 1, 2)
 
-  # Declared before any run (issue 14). Per seed, each value is a ratio of
+  # Declared before any run. Per seed, each value is a ratio of
   # steady-state (or whole-run) throughputs on the roofline backend, or the
-  # engine's prediction accuracy; thresholds come from the spec
-  # (../shared/papers/systems.md 1d: "Tables 4-5 sign pattern (EB+ = MB at c=32,
-  # EB at c=2048); RTX prefill-heavy EB gain ~+40%; H200 EB/MB gap <= 3%; EB+
-  # never more than ~0.5% below the better pure mode ... gain falls
-  # monotonically").
+  # engine's prediction accuracy; thresholds come from the paper's claims: the
+  # sign pattern of its Tables 4-5 (EB+ = MB at c=32, EB at c=2048), the RTX
+  # prefill-heavy EB gain of ~+40%, the H200 EB/MB gap <= 3%, EB+ never more than
+  # ~0.5% below the better pure mode, and a gain that falls monotonically.
   tol = 0.005
   c.criteria = ml_collections.ConfigDict(dict(
       fig4_rtx=dict(

@@ -7,7 +7,7 @@ tensors and on the trained tiny LM's projection weights, with MixFP4's share of
 E1M2 blocks; (b) val bits/byte of the tiny LM under W4A16 and W4A4 fake-quant
 for NVFP4, MXFP4 (floor) and MixFP4 against FP32.
 
-Presets: smoke (3 formats, ~40 s CPU on 2 cores incl. the `lm` smoke base model; tests), quick (~2-3 min with the
+Presets: smoke (3 formats, with the `lm` smoke base model; tests), quick (with the
 `lm` quick base model trained once into `base_lm_dir`), full. The base model's sections (`seed`, `data`,
 `model`, `train`, `optimizer`, `mesh`, `eval`) are `configs/lm.py`'s for the same preset, so e.g.
 `--config.optimizer.learning_rate=1e-3` retrains the base model with that learning rate.
@@ -17,7 +17,7 @@ distributions (~+0.5-1.5 dB per step); PTQ order reported as measured.
 Criteria (declared below, judged by `jaxlab.report.judge_all`): the paper's
 accuracy claim is judged on the tiny LM's val bits/byte after PTQ, MixFP4
 against NVFP4 at W4A16 and at W4A4 (primary); NVFP4 against MXFP4 is the
-spec's expected order (diagnostic). "MixFP4 SQNR >= NVFP4" holds by
+order expected from the formats' scales (diagnostic; quantization.md §1(d)). "MixFP4 SQNR >= NVFP4" holds by
 construction (each block keeps the lower-error candidate on the same scales),
 so it is a reported fact, never a criterion.
 
@@ -25,7 +25,7 @@ Seeds (`seeds`, inherited from `configs/lm.py`: 3 in quick, 2 in smoke) are
 evaluation seeds: seed s scores every arm on its own held-out val windows
 (window seed `lm.eval_seed + 1000 * s`) and draws its own synthetic tensors.
 The quantizers are round-to-nearest and calibration-free, and the base LM is
-the one `lm` model (3 base models would triple the ~2 min base-LM training),
+the one `lm` model (3 base models would triple the base-LM training),
 so the seed noise is that of the held-out sample, not of the base model.
 """
 
@@ -41,7 +41,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = lm.get_config(preset)
   c.experiment = "fp4"
   c.base_lm_dir = ""       # "" = <workdir>/base_lm; launch.reproduce shares the lm run's
-  # Declared before any run (issue 14); replaces the lm config's criteria. Per seed,
+  # Declared before any run; replaces the lm config's criteria. Per seed,
   # each value is a val bits/byte (lower is better), method vs baseline on the same windows.
   claim = ("MixFP4 gives \"more robust and more accurate FP4 quantization than NVFP4\" "
            "at the same 4.5 bits/element")

@@ -9,7 +9,7 @@ Presets:
   quick  36 tasks (12 op/shape pairs x TPU v5e, H100, H200), 5 seeds, T = 10 / 20 / 50, every
          method, and KernelBand, no-mask and K = 1 again at each other parent rule (the
          interpretation lines); plus a CPU timing run of KernelBand on one XLA-level blocked
-         matmul (~55 CPU s in all).
+         matmul.
   full   the same with T up to 100.
 
 Methods: "kernelband" (systems.md 3a), baselines "bon", "greedy", "egreedy", ablations

@@ -26,7 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   c.seeds = (0, 1, 2)  # evaluation seeds (val windows), see the module docstring
 
-  # Declared before any run (issue 14): the sanity claim of the reference pipeline.
+  # Declared before any run: the sanity claim of the reference pipeline.
   c.criteria = ml_collections.ConfigDict(dict(
       beats_unigram=dict(
           mechanism=True,  # what the trained decoder's context adds over the same data's unigram

@@ -60,7 +60,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The thresholds below are lazy references to eval.min_t_cut / eval.max_ce_increase, so
   # overriding those keys (--config.eval.min_t_cut=0.5) moves the judged thresholds too.
   min_t_cut, max_ce_increase = c.eval.get_ref("min_t_cut"), c.eval.get_ref("max_ce_increase")
-  # Declared before any run (issue 14); per seed, T and CE of each routing at B = verdict_batch.
+  # Declared before any run; per seed, T and CE of each routing at B = verdict_batch.
   claim = ("OEA cuts activated experts T at decode batch 16 (Qwen3-30B: T ~48 -> ~25 at k0=3, "
            "MoE latency -39%) at vanilla accuracy, where pruned top-k0 degrades")
   c.criteria = ml_collections.ConfigDict(dict(

@@ -6,7 +6,7 @@ Command:
 Presets:
   smoke  a small world (48 train / 24 test videos, d = 64), k = 4, λ_face = 1, 30 steps,
          3 seeds, arms none / OPL(4) / G-OPL(4) + OPL(4) (pipeline check).
-  quick  the spec's world (400 train / 200 test videos, T = 32, d = 128), every arm of the
+  quick  the default world (400 train / 200 test videos, T = 32, d = 128), every arm of the
          sweep: none, OPL(k), G-OPL(k) + OPL(k) for k in {2, 4, 8, 16, 32, 64} and
          λ_face in {0.1, 1}; 3 seeds vmapped; one compiled program for every arm.
   full   the same sweep with 5 seeds and 3x the steps.
@@ -17,11 +17,11 @@ weight λ_face, then OPL of rank k). Metrics per arm and seed: snippet AUC, the 
 LinearSVC face-probe accuracy on the features after the privacy layers (FPD), SSC of the
 first privacy layer, ARD (KL between KDEs of scores with and without the projections).
 
-Expected result (spec §2(d)): G-OPL brings the probe near chance (<= 60% vs >= 95%) with
+Expected result (the paper's claim at our scale): G-OPL brings the probe near chance (<= 60% vs >= 95%) with
 AUC within 1 point at small k; plain OPL lowers the probe only slightly. The criteria below
 are declared before the run and judged on paired seeds, whatever the outcome.
 
-The face-anomaly coupling (`world.face_coupling`, jaxlab interpretation). The spec's world
+The face-anomaly coupling (`world.face_coupling`, jaxlab interpretation). Our world
 has faces in half the snippets, "correlated 0.3 with anomaly"; the paper states no such
 number (its data are real surveillance videos), so the reading is ours, and it decides how
 much anomaly signal the faces carry. Anomalous snippets are rare (8.6% with these
@@ -50,7 +50,7 @@ def get_config(arg=None):
   config.preset = preset
   config.seeds = (0, 1, 2)
 
-  # The synthetic MIL video world (jaxlab.privacy.world.WorldConfig; spec §2(d)).
+  # The synthetic MIL video world (jaxlab.privacy.world.WorldConfig; jaxlab interpretation).
   config.world = ml_collections.ConfigDict(dict(
       num_train=400, num_test=200, num_snippets=32, feat_dim=128, task_dim=8, face_dim=4,
       nuisance_dim=16, noise=0.1, crop_noise=0.1, abnormal_fraction=0.5, anomaly_len=(3, 8),
@@ -67,7 +67,7 @@ def get_config(arg=None):
       ks=(2, 4, 8, 16, 32, 64),
       lambdas=(0.1, 1.0),            # λ_face
       lam_orth=1.0,                  # jaxlab interpretation: the paper's λ_orth was not found
-      mode="qr",                     # jaxlab interpretation (spec [O]): "qr" or "direct"
+      mode="qr",                     # jaxlab interpretation: "qr" or "direct"
       opl_placement="input",         # jaxlab interpretation: "input" or "hidden"
       small_k=4,                     # the k the criteria judge (the paper's best, k = 4)
       criteria_lambda=1.0,           # the λ_face the criteria judge

@@ -5,15 +5,15 @@ Command:
 
 Presets:
   smoke  one 2-D toy (moons), 300 points, a tiny circuit, 20 Adam steps, 3 seeds, 3
-         bisection steps (pipeline check, a few seconds once compiled).
+         bisection steps (pipeline check).
   quick  the 2-D toys (moons, circles, pinwheel, checkerboard, spirals) and the tabular
          wine (13-D) and breast cancer (30-D); 3000 points per toy, 400 steps, 3 seeds
          vmapped, 16 bisection steps.
-  full   every data set of the spec (adds the swiss roll, S-curve and diabetes), 20k
+  full   every data set (adds the swiss roll, S-curve and diabetes), 20k
          points per toy, 3000 steps, 3 seeds, 32 bisection steps with more boxes.
 
 Models (`config.models`): "base" (EinsumNet, Gaussian leaves), "hfv" (1-D Voronoi-gated
-leaves, exact), "vt" (VT root, anytime bounds). Every [O]/[I] choice of the spec is a
+leaves, exact), "vt" (VT root, anytime bounds). Every choice the paper leaves open is a
 knob below marked "jaxlab interpretation".
 
 Expected result: test log-likelihood per model x data set (VT as a certified bracket),
@@ -43,7 +43,7 @@ def get_config(arg=None):
   # One circuit shape for every model: depth = min(max_depth, floor(log2 D)).
   config.circuit = ml_collections.ConfigDict(dict(
       max_depth=2, num_replicas=4, leaf_units=8, sum_units=8,
-      num_channels=8,         # K: root channels = VT cells (the spec: 4-16 centroids)
+      num_channels=8,         # K: root channels = VT cells (jaxlab interpretation: 4-16)
       min_scale=0.05,         # jaxlab interpretation: smallest leaf std (standardised data)
       structure_seed=0))
   config.base = ml_collections.ConfigDict(dict(leaf_components=1))  # Gaussian leaves
@@ -90,7 +90,7 @@ def get_config(arg=None):
           metric="worst violation (<= 0) over the 2-D toys and bisection steps of the "
                  "strip-quadrature log Z (bounds.strip_log_z_2d) outside [log Z-, log Z+]; "
                  "0 = bracketed",
-          direction="higher", threshold=-1e-3,  # the spec's quadrature tolerance |dZ| < 1e-3
+          direction="higher", threshold=-1e-3,  # jaxlab's quadrature tolerance |dZ| < 1e-3
           unit="nats"),
       anytime_bounds_tighten_2d=dict(
           claim="anytime refinement tightens the bracket, which converges (Thm 3.10; the "

@@ -13,16 +13,15 @@ each linear input (QKV, O, FC1, FC2) in FP32 and W4A4, and the FC2 fix.
 Presets: smoke (used by tests; 2 seeds, 1 one-layer size x 2 budgets x 2 groups,
 compile-dominated), quick (3 paired seeds x 2 sizes x 2 budgets: FP32, W4A4 at
 G = 8 and 32, W4A4 + FC2-INT8 at G = 32; seeds vmapped in one program per
-size; 136-141 s on 2 cores with an empty compilation cache, 163 s on a slower one),
-full (3 seeds x 3 x 3 x 3 with W4A16 / W16A4 and FC2 reruns at two G; not timed
-with 3 seeds, expect about an hour on idle cores). Every cell of one model size
+size; the `make demo` budget), full (3 seeds x 3 x 3 x 3 with W4A16 / W16A4 and FC2
+reruns at two G; much longer). Every cell of one model size
 shares one compiled program (bits, G and steps are run-time values).
 
 The verdict is `config.criteria` below, judged on the per-seed contrasts (see
 `jaxlab.experiments.qat_scaling.measure`). Single-seed history: the one-seed
 quick preset of earlier stops reported gN < 0 and "partly held" from effects
-as large as the seed noise. The spec's CPU grid (N 0.1-0.8M, D 1-4M tokens) is
-shrunk to N 25k-220k, D 0.06-0.6M tokens to fit the budget.
+as large as the seed noise. The research notes' CPU grid (quantization.md §3(d):
+N 0.1-0.8M, D 1-4M tokens) is shrunk to N 25k-220k, D 0.06-0.6M tokens to fit the budget.
 """
 
 import ml_collections
@@ -41,7 +40,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Declared before any run (README "Reproductions and verdicts"). delta = smoothed final
   # train loss of the quantized run - that of the paired FP32 run (nats/byte); "method" and
   # "baseline" below are the two ends of a per-seed contrast. The paper's magnitudes do not
-  # transfer to 25k-220k-parameter models (spec 3d), so the thresholds test the signs.
+  # transfer to 25k-220k-parameter models (quantization.md §3(d)), so the thresholds test the signs.
   w4a4 = "W4A4 delta (nats/byte), mean over the other swept axes"
   c.criteria = ml_collections.ConfigDict(dict(
       delta_falls_with_n=dict(

@@ -49,17 +49,18 @@ def get_config(arg=None):
   # RL: train.batch_size prompts per step, each answered group_size times.
   config.train = ml_collections.ConfigDict(dict(
       num_steps=600, batch_size=32, group_size=8, updates_per_batch=1, eps_low=0.2,
-      eps_high=0.28, max_grad_norm=1.0, num_evals=10))
-  # optimizer.learning_rate is the RL stage's; optimizer.sft the SFT stage's.
+      eps_high=0.28, num_evals=10))
+  # The top level is the RL stage's optimizer (Adam after a global-norm clip at 1.0);
+  # optimizer.sft the SFT stage's (Adam, unclipped). Both `jaxlab.train.optimizer`.
   config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, schedule="constant", warmup_steps=0,
-      sft=dict(learning_rate=3e-3)))
+      learning_rate=1e-3, schedule="constant", warmup_steps=0, grad_clip=1.0,
+      sft=dict(learning_rate=3e-3, grad_clip=None)))
   # jaxlab interpretations (the paper's code was unavailable). TAD normalizes the uncertain
   # rollouts among themselves over the batch ("batch", the abstract's "independently
-  # normalize") or takes DURA's value as their advantage ("direct", the spec's reading).
-  # DURA r_U = s tanh(k (rho_w - rho_c) + b (0.5 - g_t)), g_t an EMA of batch accuracy: the
-  # spec's s = 1, k = 2; b = k = 2 keeps the abstract's model-evolution term on (the spec's
-  # b = 0 would switch it off). "TAD only" uses the constant r_U tad_uncertain_reward.
+  # normalize") or takes DURA's value as their advantage ("direct").
+  # DURA r_U = s tanh(k (rho_w - rho_c) + b (0.5 - g_t)), g_t an EMA of batch accuracy,
+  # s = 1, k = 2; b = k = 2 keeps the abstract's model-evolution term on (b = 0 would switch
+  # it off). "TAD only" uses the constant r_U tad_uncertain_reward.
   config.ucpo = ml_collections.ConfigDict(dict(
       uncertain_norm="batch", dura_scale=1.0, dura_k=2.0, dura_b=2.0, ema_decay=0.9,
       adv_eps=1e-6, tad_uncertain_reward=0.0))

@@ -11,7 +11,7 @@ Two rules:
 * every float of the config (in tuples too) is finite: NaN and +-Inf are refused
   everywhere;
 * a field whose dotted path matches a pattern of `RANGES` lies in that range.
-  Patterns are `fnmatch` patterns over "." + the path (so "*.learning_rate" also
+  Patterns are `fnmatch` patterns over "." + the path (so ``"*.learning_rate"`` also
   matches a top-level `learning_rate`); "name:pattern" applies only to the config
   whose `experiment` (or `bench_<benchmark>`) is `name`. A tuple's elements are
   checked one by one; `None` and strings are left alone (they are options, not

@@ -6,7 +6,7 @@ killed run resumes where it stopped, with progress i/N and an ETA), turn their
 results into per-seed measurements, judge the config's declared criteria, draw
 plots, and write `results.json` with a `report` row. `Study` is that skeleton;
 a method's `run()` declares its arms and measurements and composes library
-pieces around it:
+pieces around it::
 
   def run(config, workdir):
     study = Study(config, workdir)                         # seeds checked, workdir made

@@ -6,16 +6,14 @@ process-wide thread policy here, before NumPy or SciPy load: OpenBLAS gets one t
 (unless OPENBLAS_NUM_THREADS is already set). jaxlib's CPU linear algebra (QR,
 triangular solves, Cholesky, ...) calls SciPy's OpenBLAS from inside XLA's own thread
 pool, which already uses every core; OpenBLAS threads on top of it compete for the same
-cores. Measured on 2 cores: the opl quick preset, a QR and two triangular solves per
-step, ran in 208 s with OpenBLAS's default threads and 103 s with one, every result
-identical.
+cores (a row with a QR and triangular solves in every step, such as opl, runs about
+twice as fast with one OpenBLAS thread on 2 cores), and every result is the same.
 
 It also turns on JAX's persistent compilation cache (unless JAX_COMPILATION_CACHE_DIR is
 already set; set it empty to turn the cache off) in
 `${XDG_CACHE_HOME:-~/.cache}/jaxlab/jax-compilation-cache`, the directory CI's test runs
-use, keeping every program however fast it compiles. Compilation is most of a quick
-preset's time on a 2-core CPU: the eco quick preset ran in 151 s with an empty cache and
-86 s on a second run. Launched subprocesses (multi-process runs, notebook kernels)
+use, keeping every program however fast it compiles. Compilation is a large part of a
+quick preset's time on a 2-core CPU, so a second run is much faster. Launched subprocesses (multi-process runs, notebook kernels)
 inherit the setting.
 """
 

@@ -251,6 +251,12 @@ def _initialize_distributed() -> None:
     watchdog.cancel()
     _fatal(f"jax.distributed.initialize failed: {' '.join(str(e).split())}")
   watchdog.cancel()
+  if jax.process_count() > 1 and jax.default_backend() == "cpu":
+    # On jax 0.12 an XLA:CPU executable with cross-process (gloo) collectives that a
+    # process loads from the persistent compilation cache deadlocks in its first
+    # collective (jax 0.10 does not): each process compiles its own programs. Set before
+    # the first compilation, which is when jax decides whether to use the cache.
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 def _check_before_start(config) -> None:

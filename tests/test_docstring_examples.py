@@ -32,15 +32,17 @@ def _examples(name: str) -> list[doctest.DocTest]:
 
 
 MODULES = [n for n in _module_names() if _examples(n)]
-# Examples that train or compile a model, >= 2.5 s each on 2 cores (about 115 of the 160 s all
-# examples take): `slow`, so the default run keeps the other ~90 modules' examples (~45 s).
+# Modules whose examples train or compile a model (a few seconds each on 2 cores, most of
+# the examples' total time): `slow`, so the default run keeps every other module's examples.
 SLOW_EXAMPLES = frozenset({
     "jaxlab.causal", "jaxlab.causal._cvae", "jaxlab.causal._estimators",
     "jaxlab.causal._generator", "jaxlab.diffusion.dit", "jaxlab.diffusion.icl_task",
     "jaxlab.diffusion.positions", "jaxlab.diffusion.render", "jaxlab.motion.model",
     "jaxlab.motion.training", "jaxlab.nn.transformer", "jaxlab.optim", "jaxlab.optim.eco",
+    "jaxlab.privacy.training", "jaxlab.recsys.gates", "jaxlab.recsys.sasrec",
     "jaxlab.retrieval.losses", "jaxlab.retrieval.model", "jaxlab.retrieval.nig",
     "jaxlab.retrieval.world", "jaxlab.rl.gymnax_adapter", "jaxlab.rl.knowledge_task",
+    "jaxlab.serving.engine",
     "jaxlab.text.bert", "jaxlab.zeroshot.expansion", "pallas_kernels.moe.reference",
 })
 # Examples that import an optional extra: skipped where it is not installed.

@@ -10,7 +10,7 @@ for it to estimate the direct effect tau and the spillover effect delta.
 Pieces: grid structure and Moran's I (`grid_laplacian`, `extract_patches`,
 `neighbour_mean`, `morans_i`, `spline_basis`), GMRF sampling (`gmrf_precision`,
 `precision_cholesky`, `sample_gmrf`), the seeded data-generating process with known effects
-(`GridConfig`, `make_generator`, `effect_errors`).
+(`GridConfig`, `make_generator`, `effect_errors`). `evaluation`: the reproduction's pipeline.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -23,11 +23,11 @@ Example:
   True
 """
 
+from jaxlab.causal import evaluation
 from jaxlab.causal._cvae import (
     CVAEConfig,
     PatchConv3x3,
     SpatialCVAE,
-    cvae_optimizer,
     gmrf_kl,
     latent_means,
     make_cvae_trainer,
@@ -63,7 +63,7 @@ from jaxlab.causal._grid import (
 
 __all__ = [
     "U_FIELDS", "CVAEConfig", "EffectEstimate", "GridConfig", "GridFactors", "OutcomeMLP", "PatchConv3x3", "SpatialCVAE",
-    "SpatialData", "cvae_optimizer", "effect_errors", "extract_patches", "gmrf_kl",
+    "SpatialData", "effect_errors", "evaluation", "extract_patches", "gmrf_kl",
     "gmrf_precision", "grid_adjacency", "grid_factors", "grid_laplacian", "interior_mask", "latent_means",
     "make_cvae_trainer", "make_generator", "make_mlp_head", "morans_i", "neighbour_mean",
     "ols_effects", "patch_prior_precision", "precision_cholesky", "sample_gmrf", "simulate",

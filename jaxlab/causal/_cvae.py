@@ -6,8 +6,8 @@ returns a latent field over the patch (per-pixel mean and log-variance, `z_dim`
 channels). The decoder p(A_s | X_patch, Z_patch) is one linear layer on the flattened
 [X patch, Z patch] with a sigmoid. The prior on every latent channel is the patch GMRF
 p(Z_d) ~ exp(-(tau/2) Z_d^T (L + eps I) Z_d) with L the patch's 8-connected Laplacian
-(spec section 4(a), read from the authors' code). The substitute confounder handed to the
-outcome stage is the encoder mean over the patch, flattened.
+(as in the authors' code). The substitute confounder handed to the outcome stage is the
+encoder mean over the patch, flattened.
 """
 
 import dataclasses
@@ -166,7 +166,7 @@ def gmrf_kl(mean: Float[Array, "b p p z"], logvar: Float[Array, "b p p z"],
 
 @dataclasses.dataclass(frozen=True)
 class CVAEConfig:
-  """Stage-1 training (defaults: the authors' code where the spec gives them).
+  """Stage-1 training (defaults: the authors' code).
 
   Attributes:
     z_dim: latent channels per patch pixel.
@@ -181,8 +181,6 @@ class CVAEConfig:
     num_steps: optimisation steps. jaxlab interpretation: a fixed budget on every site,
       no spatial-block validation split or early stopping.
     batch_size: sites per step (sampled uniformly with replacement).
-    weight_decay: AdamW weight decay (code: tuned in [1e-4, 1e-3]).
-    max_grad_norm: gradient clipping by global norm (code: 1.0).
   """
   z_dim: int = 4
   hidden: int = 64
@@ -194,8 +192,6 @@ class CVAEConfig:
   beta_warmup_steps: int = 45
   num_steps: int = 450
   batch_size: int = 256
-  weight_decay: float = 1e-4
-  max_grad_norm: float = 1.0
 
   def __post_init__(self):
     for name in ("z_dim", "hidden", "num_steps", "batch_size"):
@@ -207,14 +203,7 @@ class CVAEConfig:
       raise ValueError("CVAEConfig.beta_max and beta_warmup_steps must be >= 0")
 
 
-def cvae_optimizer(config: CVAEConfig, learning_rate: float | optax.Schedule
-                   ) -> optax.GradientTransformation:
-  """Clip-by-global-norm then AdamW (the authors' stage-1 optimizer)."""
-  return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                     optax.adamw(learning_rate, weight_decay=config.weight_decay))
-
-
-def make_cvae_trainer(config: CVAEConfig, learning_rate: float | optax.Schedule,
+def make_cvae_trainer(config: CVAEConfig, tx: optax.GradientTransformation,
                       *, dtype: Any = None
                       ) -> tuple[SpatialCVAE, Callable[..., tuple[dict, Array]]]:
   """The model and a pure `train(key, a, x) -> (params, losses)` (vmap it over seeds).
@@ -224,7 +213,8 @@ def make_cvae_trainer(config: CVAEConfig, learning_rate: float | optax.Schedule,
 
   Args:
     config: stage-1 settings.
-    learning_rate: AdamW's learning rate or schedule.
+    tx: the optimizer (`jaxlab.train.optimizer`; the authors' stage 1: the gradients'
+      global norm clipped to 1, then AdamW with weight decay tuned in [1e-4, 1e-3]).
     dtype: computation dtype of the model.
 
   Returns:
@@ -232,14 +222,14 @@ def make_cvae_trainer(config: CVAEConfig, learning_rate: float | optax.Schedule,
 
   Example:
     >>> cfg = CVAEConfig(z_dim=1, hidden=4, num_steps=3, batch_size=8)
-    >>> model, train = make_cvae_trainer(cfg, 1e-3)
+    >>> import optax
+    >>> model, train = make_cvae_trainer(cfg, optax.adam(1e-3))
     >>> params, losses = train(jax.random.key(0), jnp.zeros((5, 5)), jnp.zeros((5, 5, 3)))
     >>> losses.shape
     (3, 3)
   """
   c = config
   model = SpatialCVAE(z_dim=c.z_dim, hidden=c.hidden, dtype=dtype)
-  tx = cvae_optimizer(c, learning_rate)
   precision = jnp.asarray(patch_prior_precision(c.radius, epsilon=c.prior_epsilon,
                                                 connectivity=c.prior_connectivity))
 
@@ -293,7 +283,8 @@ def latent_means(model: SpatialCVAE, params: dict, a: Float[Array, "h w"],
 
   Example:
     >>> cfg = CVAEConfig(z_dim=1, hidden=4, num_steps=1, batch_size=4)
-    >>> model, train = make_cvae_trainer(cfg, 1e-3)
+    >>> import optax
+    >>> model, train = make_cvae_trainer(cfg, optax.adam(1e-3))
     >>> a, x = jnp.zeros((4, 4)), jnp.zeros((4, 4, 3))
     >>> latent_means(model, train(jax.random.key(0), a, x)[0], a, x, 1).shape
     (4, 4, 9)

@@ -9,6 +9,16 @@ residual cancels in the difference).
 * `ols_effects`: OLS on [1, A, (Abar_N), X, extra]. The naive fit is OLS(A, X); the
   interference-aware one adds Abar_N; the oracle adds the true U as `extra`; the
   CVAE-linear head adds the latent means.
+
+Identifiability: a linear head's unpenalised columns must have full column rank on the
+interior sites, else the coefficients are not determined by the data (the tiny ridge
+would pick one split silently: the treatment passed again as `extra` took half of
+tau). The check is numerical, numpy's `matrix_rank` rule on the weighted design with
+unit-norm columns: rank deficient when the smallest singular value is at most
+max(rows, columns) * float32 eps times the largest (designs drawn by
+`make_generator` sit near 0.1, an exactly collinear one near 1e-7). Called eagerly, an
+underdetermined or collinear design raises a ValueError naming the columns; under
+`jit` / `vmap` (where data cannot raise) tau_hat and delta_hat are NaN instead.
 * `spatial_plus_effects`: Spatial+ (Dupont, Wood & Augustin 2022): the treatments are
   residualised on a penalised spatial spline basis, then Y is regressed on the residual
   treatments, X, extra and the (penalised) basis.
@@ -21,6 +31,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array, Float
 
@@ -45,6 +56,53 @@ def _columns(data: SpatialData, extra: Array | None, spillover: bool) -> Array:
       raise ValueError(f"extra must be [h, w, k] with h, w = {data.a.shape}, got {extra.shape}")
     cols.append(extra)
   return jnp.concatenate(cols, axis=-1)
+
+
+def _column_names(treatments: list[str], data: SpatialData, extra: Array | None) -> list[str]:
+  """Names of the design columns [1, treatments, X, extra] (for error messages)."""
+  x = [f"X[{i}]" for i in range(data.x.shape[-1])]
+  e = [] if extra is None else [f"extra[{i}]" for i in range(extra.shape[-1])]
+  return ["intercept", *treatments, *x, *e]
+
+
+def _rank_deficient(design: Array, weights: Array) -> Array:
+  """Whether `design` (on the rows with weight > 0) lacks full column rank (bool scalar)."""
+  n, k = design.shape
+  if n < k:
+    return jnp.asarray(True)
+  d = design * jnp.sqrt(weights / weights.sum())[:, None]
+  norms = jnp.sqrt((d ** 2).sum(0))
+  d = d / jnp.where(norms > 0, norms, 1.0)  # an all-zero column keeps singular value 0
+  sv = jnp.linalg.svd(d, compute_uv=False)
+  return sv[-1] <= sv[0] * max(n, k) * float(jnp.finfo(jnp.float32).eps)
+
+
+def _identified(tau: Array, delta: Array, design: Array, weights: Array,
+                names: list[str], where: str) -> tuple[Array, Array]:
+  """(tau, delta), or a ValueError (eager) / NaNs (traced) when `design` is not identified."""
+  deficient = _rank_deficient(design, weights)
+  if isinstance(deficient, jax.core.Tracer):
+    nan = jnp.asarray(jnp.nan, tau.dtype)
+    return jnp.where(deficient, nan, tau), jnp.where(deficient, nan, delta)
+  if bool(deficient):
+    raise ValueError(f"{where}: tau and delta are not identified: "
+                     f"{_why_not_identified(design, weights, names)}")
+  return tau, delta
+
+
+def _why_not_identified(design: Array, weights: Array, names: list[str]) -> str:
+  """The message of an unidentified design: too few sites, or which columns are dependent."""
+  d, w = np.asarray(design, np.float64), np.asarray(weights, np.float64)
+  sites = int((w > 0).sum())
+  if sites < d.shape[1]:
+    return (f"the design is underdetermined, {sites} interior site(s) for {d.shape[1]} "
+            f"coefficients ({', '.join(names)}): use a larger grid or fewer columns")
+  rows = d[w > 0]
+  rows = rows / np.where(np.linalg.norm(rows, axis=0) > 0, np.linalg.norm(rows, axis=0), 1.0)
+  v = np.linalg.svd(rows)[2][-1]  # the near-null direction: its large entries are the culprits
+  culprits = [name for name, c in zip(names, v, strict=True) if abs(c) > 0.1 * abs(v).max()]
+  return (f"the design's columns {', '.join(culprits)} are collinear on the interior sites: "
+          "drop or change one of them")
 
 
 def _penalised_fit(design: Array, y: Array, weights: Array, penalty: Array) -> Array:
@@ -74,7 +132,13 @@ def ols_effects(data: SpatialData, extra: Float[Array, "h w k"] | None = None, *
     spillover: include the exposure Abar_N (False: the naive OLS(A, X); delta is NaN).
 
   Returns:
-    tau_hat, delta_hat and residuals.
+    tau_hat, delta_hat and residuals (tau_hat and delta_hat NaN, under `jit` or `vmap`,
+    when the design is not identified).
+
+  Raises:
+    ValueError: (eager calls) the design is underdetermined (fewer interior sites than
+      coefficients) or has collinear columns on the interior sites, e.g. the treatment
+      passed again in `extra`; the message names the columns.
 
   Example:
     >>> from jaxlab.causal import GridConfig, make_generator
@@ -90,7 +154,9 @@ def ols_effects(data: SpatialData, extra: Float[Array, "h w k"] | None = None, *
   coef = _penalised_fit(design, data.y.reshape(-1), weights, jnp.zeros(k + 1))
   resid = ((data.y.reshape(-1) - design @ coef) * weights).reshape(h, w)
   delta = coef[2] if spillover else jnp.asarray(jnp.nan, coef.dtype)
-  return EffectEstimate(tau=coef[1], delta=delta, residuals=resid)
+  names = _column_names(["A", "Abar_N"] if spillover else ["A"], data, extra)
+  tau, delta = _identified(coef[1], delta, design, weights, names, "ols_effects")
+  return EffectEstimate(tau=tau, delta=delta, residuals=resid)
 
 
 def spatial_plus_effects(data: SpatialData, basis: Float[Array, "n m"],
@@ -113,7 +179,12 @@ def spatial_plus_effects(data: SpatialData, basis: Float[Array, "n m"],
     spillover: include Abar_N.
 
   Returns:
-    tau_hat, delta_hat (NaN without `spillover`) and residuals.
+    tau_hat, delta_hat (NaN without `spillover`) and residuals (tau_hat and delta_hat
+    NaN, under `jit` or `vmap`, when the unpenalised columns are not identified).
+
+  Raises:
+    ValueError: (eager calls) the unpenalised columns (intercept, residualised
+      treatments, X, extra) are underdetermined or collinear on the interior sites.
 
   Example:
     >>> from jaxlab.causal import GridConfig, make_generator, spline_basis
@@ -144,7 +215,11 @@ def spatial_plus_effects(data: SpatialData, basis: Float[Array, "n m"],
   coef = _penalised_fit(design, data.y.reshape(-1), weights, penalty)
   resid = ((data.y.reshape(-1) - design @ coef) * weights).reshape(h, w)
   delta = coef[2] if spillover else jnp.asarray(jnp.nan, coef.dtype)
-  return EffectEstimate(tau=coef[1], delta=delta, residuals=resid)
+  names = _column_names(["A (residualised)", "Abar_N (residualised)"][:len(resid_t)], data,
+                        extra)
+  tau, delta = _identified(coef[1], delta, design[:, :k - m], weights, names,
+                           "spatial_plus_effects")
+  return EffectEstimate(tau=tau, delta=delta, residuals=resid)
 
 
 class OutcomeMLP(nn.Module):
@@ -176,22 +251,22 @@ class OutcomeMLP(nn.Module):
     return nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype, name="out")(h)[:, 0]
 
 
-def make_mlp_head(*, hidden: int = 32, depth: int = 2, num_steps: int = 300,
-                  learning_rate: float | optax.Schedule = 1e-2
+def make_mlp_head(tx: optax.GradientTransformation, *, hidden: int = 32, depth: int = 2,
+                  num_steps: int = 300
                   ) -> Callable[[jax.Array, SpatialData, Array | None], EffectEstimate]:
   """A pure `fit(key, data, extra) -> EffectEstimate` with the MLP head (vmap over seeds).
 
-  Full-batch Adam on the interior sites' MSE (inputs other than the treatments, and Y,
+  Full-batch training with `tx` on the interior sites' MSE (inputs other than the treatments, and Y,
   standardised over the interior). tau_hat = mean_s f(A_s = 1) - f(A_s = 0) and
   delta_hat = mean_s f(Abar_N = 1) - f(Abar_N = 0), over the interior sites.
-  jaxlab interpretation: the authors' second head is a small U-Net on the patch; the
-  issue asks for a small MLP.
+  jaxlab interpretation: the authors' second head is a small U-Net on the patch; a small
+  MLP stands in for it.
 
   Args:
+    tx: the optimizer (`jaxlab.train.optimizer`).
     hidden: hidden width.
     depth: hidden layers.
-    num_steps: full-batch Adam steps.
-    learning_rate: Adam's learning rate or schedule.
+    num_steps: full-batch steps.
 
   Returns:
     The fit function.
@@ -199,12 +274,12 @@ def make_mlp_head(*, hidden: int = 32, depth: int = 2, num_steps: int = 300,
   Example:
     >>> from jaxlab.causal import GridConfig, make_generator
     >>> data = make_generator(GridConfig(height=8, width=8))(jax.random.key(0))
-    >>> fit = make_mlp_head(hidden=8, num_steps=5)
+    >>> import optax
+    >>> fit = make_mlp_head(optax.adam(1e-2), hidden=8, num_steps=5)
     >>> fit(jax.random.key(1), data, None).residuals.shape
     (8, 8)
   """
   model = OutcomeMLP(hidden=hidden, depth=depth)
-  tx = optax.adam(learning_rate)
 
   def fit(key: jax.Array, data: SpatialData, extra: Array | None) -> EffectEstimate:
     cols = _columns(data, extra, spillover=True)

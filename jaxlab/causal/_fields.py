@@ -21,8 +21,8 @@ def gmrf_precision(height: int, width: int, *, epsilon: float, order: int = 1,
   `epsilon` is the smoothness knob: the correlation range grows like 1/sqrt(epsilon)
   (epsilon = 0.01 is smooth over a 48 x 48 grid, epsilon = 1 is rough beyond a few
   sites). `order=2` is the smoother SPDE / Matern(nu=1) discretisation (Lindgren, Rue &
-  Lindstrom 2011); `order=1` is the intrinsic-CAR-plus-ridge of the spec (jaxlab
-  interpretation: the spec proposes kappa (L + 0.01 I)).
+  Lindstrom 2011); `order=1` is an intrinsic CAR plus a ridge, kappa (L + eps I) (jaxlab
+  interpretation).
 
   Args:
     height: grid rows.

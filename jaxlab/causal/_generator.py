@@ -1,6 +1,6 @@
 """Seeded spatial data with a hidden smooth confounder U, interference and known effects.
 
-On an H x W grid (spec section 4(d), jaxlab interpretation of the SpaCE-style setting):
+On an H x W grid (jaxlab interpretation of the paper's SpaCE-style setting):
 
   U      a GMRF with precision kappa (L + eps I)^order (smoothness knob eps), or white
          noise (the negative control), standardised per draw;
@@ -29,7 +29,7 @@ U_FIELDS = ("gmrf", "white")
 
 @dataclasses.dataclass(frozen=True)
 class GridConfig:
-  """The data-generating process (defaults: the spec's proposal, section 4(d)).
+  """The data-generating process (defaults: jaxlab interpretation).
 
   Attributes:
     height: grid rows.
@@ -50,7 +50,7 @@ class GridConfig:
     beta: outcome weights of X (one per covariate).
     y_sin: weight of sin(X_3) (a nonlinearity the linear heads do not model).
     noise_scale: standard deviation of the GMRF outcome noise R.
-    noise_epsilon: the noise GMRF's smoothness (jaxlab interpretation: the spec's R is
+    noise_epsilon: the noise GMRF's smoothness (jaxlab interpretation: R is
       "GMRF noise" with no parameter given).
   """
   height: int = 48
@@ -192,7 +192,7 @@ def make_generator(config: GridConfig) -> Callable[[jax.Array], SpatialData]:
 
 def effect_errors(tau_hat: Float[Array, "*b"], delta_hat: Float[Array, "*b"],
                   data: SpatialData, config: GridConfig) -> tuple[Array, Array]:
-  """Standardised absolute errors |tau_hat - tau| / sd(Y), |delta_hat - delta| / sd(Y).
+  """Standardised absolute errors ``|tau_hat - tau| / sd(Y)``, ``|delta_hat - delta| / sd(Y)``.
 
   sd(Y) is the observed outcome's standard deviation over the interior sites (the
   Spatial-CI benchmark's normalisation).

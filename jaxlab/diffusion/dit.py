@@ -49,7 +49,8 @@ class DiTConfig:
     num_axes: position axes of the RoPE (3: SAPE's x, y, z or grid's index, row, col).
     rope_base: RoPE frequency base (jaxlab interpretation: 100, since positions span only a
       few units at toy scale; FLUX uses 10000 over 64+ units).
-    dtype, param_dtype: computation and parameter dtypes.
+    dtype: computation dtype.
+    param_dtype: parameter dtype.
   """
   d_model: int = 64
   num_layers: int = 2
@@ -130,14 +131,16 @@ class DiTBlock(nn.Module):
 class DiT(nn.Module):
   """In-context DiT: references + noisy target in one sequence; returns the target's velocity.
 
-  Call with
-    patches [b, M, N, patch_dim]: M images (references first, the noisy target last);
-    positions [b, M, N, A]: each token's RoPE position;
-    image_mask [b, M] bool: which images are present (the target must be);
-    t [b]: flow time in [0, 1];
-    cond [b, C] (optional): a global code added to the time embedding (adaLN);
-    token_features [b, M, N, F] (optional): per-token features added to the token embedding
-      (per-image pose codes, Plücker rays).
+  Call with:
+
+  * patches [b, M, N, patch_dim]: M images (references first, the noisy target last);
+  * positions [b, M, N, A]: each token's RoPE position;
+  * image_mask [b, M] bool: which images are present (the target must be);
+  * t [b]: flow time in [0, 1];
+  * cond [b, C] (optional): a global code added to the time embedding (adaLN);
+  * token_features [b, M, N, F] (optional): per-token features added to the token embedding
+    (per-image pose codes, Plücker rays).
+
   Returns the velocity of the target's tokens [b, N, patch_dim].
   """
   config: DiTConfig

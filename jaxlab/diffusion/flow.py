@@ -21,7 +21,13 @@ from jaxtyping import Float
 
 def interpolate(x0: Float[Array, "b *d"], noise: Float[Array, "b *d"], t: Float[Array, "b"]
                 ) -> Float[Array, "b *d"]:
-  """x_t = (1 - t) x0 + t e, t broadcast over each example's elements."""
+  """x_t = (1 - t) x0 + t e, t broadcast over each example's elements.
+
+  Example:
+    >>> x0, e = jnp.zeros((2, 3)), jnp.ones((2, 3))
+    >>> interpolate(x0, e, jnp.array([0.25, 1.0])).tolist()
+    [[0.25, 0.25, 0.25], [1.0, 1.0, 1.0]]
+  """
   tt = t.reshape(t.shape + (1,) * (x0.ndim - 1))
   return (1 - tt) * x0 + tt * noise
 
@@ -36,6 +42,14 @@ def rectified_flow_loss(velocity_fn: Callable[[Array, Array], Array], x0: Float[
 
   Returns:
     The scalar loss.
+
+  Example:
+    >>> x0, e = jnp.ones((2, 4)), jnp.zeros((2, 4))
+    >>> t = jnp.array([0.3, 0.7])
+    >>> float(rectified_flow_loss(lambda x, t: e - x0, x0, e, t))  # the exact velocity
+    0.0
+    >>> float(rectified_flow_loss(lambda x, t: jnp.zeros_like(x), x0, e, t))
+    1.0
   """
   if x0.shape != noise.shape or t.shape != x0.shape[:1]:
     raise ValueError(f"x0 {x0.shape}, noise {noise.shape} must match and t {t.shape} be [b]")
@@ -72,7 +86,7 @@ def patchify(images: Float[Array, "*b h w c"], patch: int) -> Float[Array, "*b n
     (2, 4, 48)
   """
   *lead, h, w, c = images.shape
-  if h % patch or w % patch:
+  if patch < 1 or h % patch or w % patch:
     raise ValueError(f"patch {patch} must divide the image size {h}x{w}")
   x = images.reshape(*lead, h // patch, patch, w // patch, patch, c)
   x = jnp.moveaxis(x, -4, -3)  # [..., H/p, W/p, p, p, c]
@@ -81,10 +95,17 @@ def patchify(images: Float[Array, "*b h w c"], patch: int) -> Float[Array, "*b n
 
 def unpatchify(tokens: Float[Array, "*b n p"], patch: int, channels: int = 3
                ) -> Float[Array, "*b h w c"]:
-  """Inverse of `patchify` for square images."""
+  """Inverse of `patchify` for square images.
+
+  Example:
+    >>> images = jnp.arange(2 * 8 * 8 * 3.0).reshape(2, 8, 8, 3)
+    >>> tokens = patchify(images, 4)
+    >>> unpatchify(tokens, 4).shape, bool((unpatchify(tokens, 4) == images).all())
+    ((2, 8, 8, 3), True)
+  """
   *lead, n, _ = tokens.shape
   g = int(round(n ** 0.5))
-  if g * g != n or tokens.shape[-1] != patch * patch * channels:
+  if patch < 1 or g * g != n or tokens.shape[-1] != patch * patch * channels:
     raise ValueError(f"tokens {tokens.shape} are not a square grid of {patch}x{patch}x{channels}")
   x = tokens.reshape(*lead, g, g, patch, patch, channels)
   x = jnp.moveaxis(x, -3, -4)

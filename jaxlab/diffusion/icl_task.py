@@ -105,7 +105,7 @@ class TaskConfig:
   sape_miss: str = "grid"
 
   def __post_init__(self):
-    if self.image_size % self.patch:
+    if self.patch < 1 or self.image_size % self.patch:
       raise ValueError(f"patch {self.patch} must divide image_size {self.image_size}")
     if self.max_refs < 1:
       raise ValueError(f"max_refs must be >= 1, got {self.max_refs}")

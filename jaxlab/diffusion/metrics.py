@@ -33,7 +33,13 @@ CHANCE_POSE_ERROR = 90.0
 def psnr(images: Float[Array, "b h w c"], targets: Float[Array, "b h w c"]
          ) -> Float[Array, "b"]:
   """Peak signal-to-noise ratio (dB) per image, peak 1 (outputs clipped to [0, 1]; MSE floored
-  at 1e-10 so identical images give 100 dB, never inf)."""
+  at 1e-10 so identical images give 100 dB, never inf).
+
+  Example:
+    >>> x = jnp.full((2, 4, 4, 3), 0.5)
+    >>> psnr(x, jnp.stack([x[0], x[1] + 0.1])).round(2).tolist()
+    [100.0, 20.0]
+  """
   mse = jnp.mean(jnp.square(jnp.clip(images, 0, 1) - targets), axis=(1, 2, 3))
   return -10.0 * jnp.log10(jnp.maximum(mse, 1e-10))
 
@@ -72,7 +78,15 @@ def angular_error(yaw_a: Float[Array, "*b"], pitch_a: Float[Array, "*b"],
 def estimate_pose(images: Float[Array, "b h w c"], grid_images: Float[Array, "b g h w c"],
                   grid_yaw: Float[Array, "g"], grid_pitch: Float[Array, "g"]
                   ) -> tuple[Float[Array, "b"], Float[Array, "b"], Int[Array, "b"]]:
-  """(yaw, pitch, grid index) of the grid render nearest (L2) to each image."""
+  """(yaw, pitch, grid index) of the grid render nearest (L2) to each image.
+
+  Example:
+    >>> grid_yaw, grid_pitch = pose_grid(90.0, 0.0)                  # 4 yaws
+    >>> grid_images = jnp.arange(4.0).reshape(1, 4, 1, 1, 1) * jnp.ones((1, 4, 2, 2, 3)) / 4
+    >>> yaw, pitch, idx = estimate_pose(grid_images[:, 2], grid_images, grid_yaw, grid_pitch)
+    >>> yaw.tolist(), pitch.tolist(), idx.tolist()
+    ([180.0], [0.0], [2])
+  """
   d = jnp.sum(jnp.square(jnp.clip(images, 0, 1)[:, None] - grid_images), axis=(2, 3, 4))
   idx = jnp.argmin(d, -1)
   return grid_yaw[idx], grid_pitch[idx], idx
@@ -81,7 +95,14 @@ def estimate_pose(images: Float[Array, "b h w c"], grid_images: Float[Array, "b 
 def colour_histogram(images: Float[Array, "*b h w c"], bins: int = 4,
                      threshold: float = 0.05) -> Float[Array, "*b k"]:
   """Normalised joint colour histogram (bins^3 cells) of the pixels brighter than `threshold`
-  (the background is black); an image without such pixels gets the all-zero histogram."""
+  (the background is black); an image without such pixels gets the all-zero histogram.
+
+  Example:
+    >>> image = jnp.zeros((4, 4, 3)).at[:2, :, 0].set(1.0)           # top half red
+    >>> h = colour_histogram(image, bins=2)
+    >>> h.shape, h.tolist()
+    ((8,), [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+  """
   x = jnp.clip(images, 0.0, 1.0)
   fg = (jnp.max(x, -1) > threshold).astype(jnp.float32)
   cell = jnp.minimum((x * bins).astype(jnp.int32), bins - 1)
@@ -91,5 +112,11 @@ def colour_histogram(images: Float[Array, "*b h w c"], bins: int = 4,
 
 
 def histogram_distance(a: Float[Array, "*b k"], b: Float[Array, "*b k"]) -> Float[Array, "*b"]:
-  """Total-variation distance 0.5 * sum |a - b| (0 = same colours, 1 = disjoint)."""
+  """Total-variation distance ``0.5 * sum |a - b|`` (0 = same colours, 1 = disjoint).
+
+  Example:
+    >>> histogram_distance(jnp.array([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]),
+    ...                    jnp.array([[0.5, 0.0, 0.5], [1.0, 0.0, 0.0]])).tolist()
+    [0.5, 0.0]
+  """
   return 0.5 * jnp.sum(jnp.abs(a - b), -1)

@@ -74,13 +74,19 @@ def sape_positions(yaw_deg: Float[Array, ""] | float, pitch_deg: Float[Array, ""
 
   Returns:
     [G, G, 3] float positions.
+
+  Example:
+    >>> pos = sape_positions(0.0, 0.0, image_size=16, patch=4)
+    >>> pos.shape, pos[0, 0].tolist()   # on the box's front face z = 1, i.e. kappa G = 4
+    ((4, 4, 3), [0.125, 3.875, 4.0])
   """
   if miss not in MISS_MODES:
     raise ValueError(f"miss must be one of {MISS_MODES}, got {miss!r}")
   if kappa <= 0:
     raise ValueError(f"kappa must be > 0, got {kappa}")
-  grid = image_size // patch
+  # pixel_rays checks image_size and patch (>= 1, patch dividing image_size) first.
   origins, dirs = render.pixel_rays(yaw_deg, pitch_deg, image_size, extent=extent, stride=patch)
+  grid = image_size // patch
   points, hit = box_anchors(origins, dirs)
   pos = kappa * (points + 1.0) / 2.0 * grid
   if miss == "grid":

@@ -119,7 +119,13 @@ def view_direction(yaw_deg: Float[Array, "*b"] | float,
 
 def camera_frame(yaw_deg: Float[Array, ""] | float, pitch_deg: Float[Array, ""] | float
                  ) -> tuple[Float[Array, "3"], Float[Array, "3"], Float[Array, "3"]]:
-  """(w, right, up): the camera's backward axis (towards the camera) and image axes."""
+  """(w, right, up): the camera's backward axis (towards the camera) and image axes.
+
+  Example:
+    >>> w, right, up = camera_frame(90.0, 0.0)
+    >>> [[round(float(x), 3) + 0.0 for x in v] for v in (w, right, up)]
+    [[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]
+  """
   w = view_direction(yaw_deg, pitch_deg)
   yaw = jnp.deg2rad(jnp.asarray(yaw_deg, jnp.float32))
   right = jnp.stack([jnp.cos(yaw), jnp.zeros_like(yaw), -jnp.sin(yaw)])
@@ -171,6 +177,12 @@ def box_slab(origins: Float[Array, "*r 3"], dirs: Float[Array, "*r 3"]
   """Slab test of rays against the unit box [-1, 1]^3.
 
   Returns (t_near, t_far, axis of t_near); the ray hits iff t_near <= t_far and t_far > 0.
+
+  Example:
+    >>> origins = jnp.array([[0.0, 0.0, 3.0], [0.0, 2.0, 3.0]])
+    >>> t_near, t_far, axis = box_slab(origins, jnp.array([[0.0, 0.0, -1.0]] * 2))
+    >>> t_near.tolist(), axis.tolist(), (t_near <= t_far).tolist()   # the second ray misses
+    ([2.0, 2.0], [2, 2], [True, False])
   """
   inv = _safe_inv(dirs)
   t1, t2 = (-1.0 - origins) * inv, (1.0 - origins) * inv
@@ -217,7 +229,8 @@ def part_gauge(points: Float[Array, "*p 3"], kind: Int[Array, "*k"], center: Flo
 
   The arguments broadcast against each other (e.g. points [..., 1, 3] against P parts).
 
-  Box: max |q|; ellipsoid: |q|; cylinder: max(sqrt(q_x^2 + q_z^2), |q_y|), q = (p - c) / h.
+  Box: ``max |q|``; ellipsoid: ``|q|``; cylinder: ``max(sqrt(q_x^2 + q_z^2), |q_y|)``,
+  ``q = (p - c) / h``.
 
   Example:
     >>> float(part_gauge(jnp.array([0.5, 0.0, 0.0]), jnp.array(ELLIPSOID), jnp.zeros(3),
@@ -256,7 +269,16 @@ def ray_cast(objects: Objects, origins: Float[Array, "*r 3"], dirs: Float[Array,
     origins, dirs: the rays, any leading shape (dirs need not be unit; t is in their units).
 
   Returns:
-    depth [*r] and part index [*r].
+    depth ``[*r]`` and part index ``[*r]``.
+
+  Example:
+    >>> ball = Objects(kind=jnp.array([ELLIPSOID]), center=jnp.zeros((1, 3)),
+    ...                half=jnp.full((1, 3), 0.5), color=jnp.ones((1, 3)),
+    ...                active=jnp.array([True]))
+    >>> origins = jnp.array([[0.0, 0.0, 3.0], [0.0, 1.0, 3.0]])
+    >>> depth, part = ray_cast(ball, origins, jnp.array([[0.0, 0.0, -1.0]] * 2))
+    >>> depth.tolist(), part.tolist()
+    ([2.5, inf], [0, -1])
   """
   if objects.kind.ndim != 1:
     raise ValueError(f"ray_cast takes one object (kind [P]); got kind {objects.kind.shape}: "
@@ -308,7 +330,7 @@ def render(objects: Objects, yaw_deg: Float[Array, ""] | float,
 
 def render_views(objects: Objects, yaw_deg: Float[Array, "*b"], pitch_deg: Float[Array, "*b"],
                  *, size: int = 16, extent: float = DEFAULT_EXTENT) -> Float[Array, "*b h w 3"]:
-  """Images of a batch of views: objects and poses share their leading axes [*b].
+  """Images of a batch of views: objects and poses share their leading axes ``[*b]``.
 
   Example:
     >>> objs = sample_objects(jax.random.key(0), 3)

@@ -47,6 +47,15 @@ def apply_rope_nd(x: Float[Array, "b t h d"], positions: Float[Array, "b t a"],
 
   Returns:
     The rotated `x` (float32 math, cast back to x's dtype).
+
+  Example:
+    >>> import jax
+    >>> q = jax.random.normal(jax.random.key(0), (1, 4, 2, 8))
+    >>> pos = jax.random.uniform(jax.random.key(1), (1, 4, 2))
+    >>> out = apply_rope_nd(q, pos, (4, 4))
+    >>> out.shape, bool(jnp.allclose(jnp.linalg.norm(out, axis=-1),
+    ...                              jnp.linalg.norm(q, axis=-1), atol=1e-5))
+    ((1, 4, 2, 8), True)
   """
   sections = tuple(int(s) for s in sections)
   if len(sections) != positions.shape[-1]:

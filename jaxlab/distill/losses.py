@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax import Array
 from jaxtyping import Float, Int
 
+from jaxlab import validation
 from jaxlab.distill.sinkhorn import sinkhorn
 
 _TINY = 1e-9
@@ -47,6 +48,10 @@ def renyi_entropy(p: Float[Array, "*b v"], alpha: float = 2.0) -> Float[Array, "
   Returns:
     [*b] entropies.
 
+  Raises:
+    ValueError: if a concrete `p` is not a distribution (a NaN, a negative entry, a row
+      not summing to 1). Traced, such a row gives NaN at every order.
+
   Example:
     >>> import jax.numpy as jnp
     >>> round(float(renyi_entropy(jnp.ones(4) / 4, math.inf)), 4)
@@ -54,6 +59,17 @@ def renyi_entropy(p: Float[Array, "*b v"], alpha: float = 2.0) -> Float[Array, "
   """
   if not alpha >= 0:
     raise ValueError(f"alpha must be >= 0, got {alpha}")
+  validation.check_simplex("p", p)
+  return jnp.where(_not_a_distribution(p), jnp.nan, _renyi(p, alpha))
+
+
+def _not_a_distribution(p):
+  """Rows with a NaN or a negative entry: every order and divergence reads them as NaN
+  (a `p > 0` mask alone would skip a NaN and let a negative mass lower the result)."""
+  return jnp.any(jnp.isnan(p) | (p < 0), -1)
+
+
+def _renyi(p, alpha):
   # No 1e-9 floor before a power or log: lifting tiny probabilities inflates
   # sum p^alpha for alpha < 1 (a floor of 1e-9 over 4096 entries adds ~0.2 nats
   # at alpha = 0.5). Only subnormals are raised to the smallest normal float,
@@ -111,9 +127,22 @@ def uld_distance(p: Float[Array, "*b v"], q: Float[Array, "*b w"],
 
 def kl_divergence(p: Float[Array, "*#b c"], q: Float[Array, "*#b c"]) -> Float[Array, "..."]:
   """KL(p || q) in nats over the last axis (leading axes broadcast), with 0 log 0 = 0 and q
-  clamped at 1e-9 (never NaN)."""
-  return jnp.sum(jnp.where(p > 0, p * (jnp.log(jnp.maximum(p, _TINY))
-                                       - jnp.log(jnp.maximum(q, _TINY))), 0.0), -1)
+  clamped at 1e-9 (a zero in q where p has mass gives a large finite value, not inf).
+
+  Raises:
+    ValueError: if a concrete `p` or `q` is not a distribution. Traced, a row of either
+      holding a NaN or a negative entry gives NaN.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> round(float(kl_divergence(jnp.array([0.5, 0.5]), jnp.array([0.25, 0.75]))), 4)
+    0.1438
+  """
+  validation.check_simplex("p", p)
+  validation.check_simplex("q", q)
+  kl = jnp.sum(jnp.where(p > 0, p * (jnp.log(jnp.maximum(p, _TINY))
+                                     - jnp.log(jnp.maximum(q, _TINY))), 0.0), -1)
+  return jnp.where(_not_a_distribution(p) | _not_a_distribution(q), jnp.nan, kl)
 
 
 def span_weights(ent_teacher: Float[Array, " n"], ent_student: Float[Array, " m"],
@@ -321,6 +350,9 @@ def mined_loss(topk_teacher: Float[Array, "n r"], mapped_ids: Int[Array, "n r"],
   ids = mapped_ids[teacher_index]
   logp = jnp.take_along_axis(logp_student, ids, axis=-1)
   kl = jnp.sum(jnp.where(q > 0, q * (jnp.log(jnp.maximum(q, _TINY)) - logp), 0.0), -1)
+  # A NaN teacher mass, or a NaN anywhere in the student's row (a diverged student, even at
+  # an id no teacher token maps to), is never skipped.
+  kl = jnp.where(_not_a_distribution(q) | jnp.any(jnp.isnan(logp_student), -1), jnp.nan, kl)
   return jnp.sum(valid * kl) / jnp.maximum(jnp.sum(valid), 1.0)
 
 

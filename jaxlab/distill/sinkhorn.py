@@ -81,4 +81,7 @@ def sinkhorn(cost: Float[Array, "n m"], a: Float[Array, " n"], b: Float[Array, "
   g = jnp.where(b > 0, g, -jnp.inf)
   coupling = jnp.exp((f[:, None] + g[None, :] - cost) / epsilon)
   error = jnp.sum(jnp.abs(coupling.sum(1) - a))
-  return SinkhornOutput(coupling, f, g, error)
+  # A NaN mass would otherwise read as padding (NaN > 0 is false) and a NaN cost in a
+  # padded row would vanish: any NaN input gives a NaN plan, potentials and error.
+  bad = jnp.any(jnp.isnan(a)) | jnp.any(jnp.isnan(b)) | jnp.any(jnp.isnan(cost))
+  return SinkhornOutput(*(jnp.where(bad, jnp.nan, x) for x in (coupling, f, g, error)))

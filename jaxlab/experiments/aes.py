@@ -6,24 +6,23 @@ paired `config.seeds`; all arms and seeds run in one jitted, vmapped program.
 Each run's evaluation curve is normalised and scored with
 `jaxlab.rl.metrics.drift_metrics` (degradation, recovery time in % of
 training, nAUC steady / drift). The config's criteria are judged once by
-`jaxlab.report.judge_all`, each on per-seed values pooled over every task and
-drift mode run in which both compared arms ran (`pool`).
+`jaxlab.study.Study`, each on per-seed values pooled over every task and
+drift mode run in which both compared arms ran (`pool`). Each (task, drift mode)
+run is one cached arm. The optimizers are `config.optimizer`'s (`jaxlab.rl.sac`,
+`jaxlab.rl.ppo`).
 """
 
-import dataclasses
 import json
-import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jaxlab.report
-import jaxlab.train
-from jaxlab.presets import config_seeds, split_names
+from jaxlab.presets import split_names
+from jaxlab.rl import aes_plumbing, envs, metrics, ppo, sac
 from jaxlab.rl import drift as drift_lib
-from jaxlab.rl import envs, metrics, ppo, sac
+from jaxlab.study import Study, mean_std
 
 # The AES arm of each rule (`config.aes_rule` picks the judged one).
 RULE_ARMS = {"offset": "aes", "sqrt": "aes_sqrt"}
@@ -38,17 +37,15 @@ PAPER_CLAIM = ("AES lowers the fraction of performance lost to drift and "
                "fixed / auto temperature)")
 
 
-def _run_task(task, mode: str, config) -> dict:
-  """Trains all arms x seeds of one task under one drift mode."""
+def _run_task(task, mode: str, config, seeds: list[int]) -> dict:
+  """Trains all arms x `seeds` of one task under one drift mode."""
   env = envs.make(task.env)
-  opt = config.optimizer
   if task.algo == "sac":
-    cfg = sac.SACConfig(**task.sac.to_dict(), actor_lr=opt.actor.learning_rate,
-                        critic_lr=opt.critic.learning_rate, alpha_lr=opt.alpha.learning_rate)
+    cfg = sac.SACConfig(**task.sac.to_dict())
     num_steps, mode_index, lam_key = cfg.total_steps, sac.alpha_mode_index, "alpha"
     make = sac.make_train
   elif task.algo == "ppo":
-    cfg = ppo.PPOConfig(**task.ppo.to_dict(), lr=opt.learning_rate)
+    cfg = ppo.PPOConfig(**task.ppo.to_dict())
     num_steps, mode_index, lam_key = cfg.total_env_steps, ppo.ent_mode_index, "ent_coef"
     make = ppo.make_train
   else:
@@ -63,46 +60,21 @@ def _run_task(task, mode: str, config) -> dict:
       key=jax.random.key(d.drift_seed))
   arms = split_names(task.arms)
   modes = jnp.stack([mode_index(a) for a in arms])
-  seeds = config_seeds(config)
   keys = jnp.stack([jax.random.key(x) for x in seeds])
-  train = jax.jit(jax.vmap(jax.vmap(make(env, cfg, drift), in_axes=(0, None)),
+  train = jax.jit(jax.vmap(jax.vmap(make(env, cfg, drift, config.optimizer), in_axes=(0, None)),
                            in_axes=(None, 0)))
-  t0 = time.time()
-  out = jax.block_until_ready(train(keys, modes))
-  seconds = time.time() - t0
-  m = jax.device_get(out.metrics)
+  m = jax.device_get(train(keys, modes).metrics)
   steps = np.asarray(m["step"][0, 0])
   levels = np.asarray(drift.levels)
   curves = metrics.normalize(m["eval_return"], task.return_low, task.return_high)
   per_arm = {}
   for i, arm in enumerate(arms):
-    runs = [metrics.drift_metrics(steps, curves[i, s], levels,
-                                  **config.metrics.to_dict())
-            for s in range(len(seeds))]
-    summary = {}
-    for key in ("degradation", "recovery_pct", "nauc_steady", "nauc_drift"):
-      vals = np.array([r[key] for r in runs], np.float64)
-      summary[key] = dict(mean=float(np.nanmean(vals)) if np.isfinite(vals).any()
-                          else float("nan"),
-                          std=float(np.nanstd(vals)) if np.isfinite(vals).any()
-                          else float("nan"),
-                          per_seed=vals.tolist())
-    by_event = []
-    for j, c in enumerate(metrics.change_points(levels)):
-      rec = [r["events"][j]["recovery_pct"] for r in runs
-             if j < len(r["events"]) and r["events"][j]["step"] == c]
-      by_event.append(dict(step=c, mean=float(np.mean(rec)) if rec else
-                           float("nan"),
-                           std=float(np.std(rec)) if rec else float("nan")))
-    summary["recovery_by_event"] = by_event
-    events = [e for r in runs for e in r["events"]]
-    summary["censored"] = sum(not e["recovered"] for e in events)
-    summary["events"] = len(events)
-    summary["final_return"] = float(np.mean(m["eval_return"][i, :, -1]))
-    per_arm[arm] = summary
+    per_arm[arm] = aes_plumbing.drift_summary(steps, curves[i], levels,
+                                              **config.metrics.to_dict())
+    per_arm[arm]["final_return"] = float(np.mean(m["eval_return"][i, :, -1]))
   return dict(
       env=env.name, algo=task.algo, drift_mode=mode, arms=arms, deltas=deltas,
-      seconds=seconds, steps=steps.tolist(),
+      steps=steps.tolist(),
       change_points=metrics.change_points(levels), total_steps=num_steps,
       per_arm=per_arm,
       curves={a: np.asarray(m["eval_return"][i]).tolist()
@@ -114,39 +86,7 @@ def _run_task(task, mode: str, config) -> dict:
 
 
 def _fmt(s: dict, digits: int = 1) -> str:
-  return f"{s['mean']:.{digits}f} +- {s['std']:.{digits}f}"
-
-
-def _plots(workdir: str, name: str, r: dict) -> list[str]:
-  steps = 100.0 * np.asarray(r["steps"]) / r["total_steps"]
-  marks = [100.0 * c / r["total_steps"] for c in r["change_points"]]
-
-  def draw_curves(ax):
-    for arm, c in r["curves"].items():
-      c = np.asarray(c)
-      mu, sd = c.mean(0), c.std(0)
-      ax.plot(steps, mu, label=arm)
-      ax.fill_between(steps, mu - sd, mu + sd, alpha=0.2)
-    for x in marks:
-      ax.axvline(x, color="k", ls="--", lw=0.8)
-    ax.set_xlabel("% of training")
-    ax.set_ylabel("evaluation return")
-    ax.set_title(f"{r['env']} {r['algo'].upper()} ({r['drift_mode']} drift)")
-    ax.legend(fontsize=7)
-
-  def draw_lam(ax):
-    for arm, c in r["lam"].items():
-      ax.plot(steps, np.asarray(c).mean(0), label=arm)
-    for x in marks:
-      ax.axvline(x, color="k", ls="--", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("% of training")
-    ax.set_ylabel("lambda_t (temperature / ent. coef.)")
-    ax.set_title(f"{r['env']}: entropy weight over time")
-    ax.legend(fontsize=7)
-
-  return [jaxlab.report.save_plot(workdir, f"{name}_return.png", draw_curves),
-          jaxlab.report.save_plot(workdir, f"{name}_lambda.png", draw_lam)]
+  return mean_std(s, digits=digits, sep=" +- ")
 
 
 def pool(runs: dict, arm: str, metric: str) -> np.ndarray | None:
@@ -195,38 +135,30 @@ def measure(runs: dict, judged: str, criteria_names) -> dict:
 
 def run(config, workdir: str) -> dict:
   """Runs every (task, drift mode) arm of `config` in `workdir`; returns the report dict."""
-  os.makedirs(workdir, exist_ok=True)
-  t0 = time.time()
   tasks = split_names(config.tasks)
   modes = split_names(config.drift_modes)
   if not tasks or not modes:
     raise ValueError("config.tasks and config.drift_modes must be non-empty")
-  runs, plots = {}, []
-  cache = jaxlab.train.ArmCache(workdir)
   if config.aes_rule not in RULE_ARMS:
     raise ValueError(f"config.aes_rule must be one of {tuple(RULE_ARMS)}, got "
                      f"{config.aes_rule!r}")
-  config_seeds(config)  # non-empty and distinct, before any work
-  # SAC's and PPO's Adams take constant learning rates: another schedule would be ignored.
-  if config.optimizer.get("schedule", "constant") != "constant":
-    raise ValueError(f"config.optimizer.schedule must be 'constant' (the aes tasks train with "
-                     f"constant learning rates), got {config.optimizer.schedule!r}")
+  missing = [t for t in tasks if t not in config]
+  if missing:
+    raise ValueError(f"config.tasks names {missing[0]!r}, which has no sub-config")
   judged = RULE_ARMS[config.aes_rule]
-  shared = jaxlab.train.config_hash(tuple(config.seeds), config.drift, config.metrics,
-                                    config.optimizer)
+  study = Study(config, workdir, total=len(tasks) * len(modes),
+                key=(config.seeds, config.drift, config.metrics, config.optimizer))
+  runs = {}
   for tname in tasks:
-    if tname not in config:
-      raise ValueError(f"config.tasks names {tname!r}, which has no sub-config")
-    task = config[tname]
     for mode in modes:
       name = f"{tname}_{mode}"
-      key = jaxlab.train.config_hash(shared, task)
-      runs[name] = cache.get_or_run(name, key, lambda task=task, mode=mode: _run_task(
-          task, mode, config))
-      plots += _plots(workdir, name, runs[name])
+      runs[name] = study.arm(name, lambda t=config[tname], m=mode: _run_task(
+          t, m, config, study.seeds), config[tname])
+      study.plot(f"{name}_return.png", lambda ax, r=runs[name]: aes_plumbing.draw_run(ax, r))
+      study.plot(f"{name}_lambda.png",
+                 lambda ax, r=runs[name]: aes_plumbing.draw_run(ax, r, weights=True))
   names = [c.name for c in jaxlab.report.criteria_from_config(config.criteria)]
-  verdict, crit_results = jaxlab.report.judge_all(config.criteria,
-                                                   measure(runs, judged, names))
+  study.judge(measure(runs, judged, names))
   facts = [jaxlab.report.Fact(
       "runs", "task x drift-mode runs pooled by the criteria",
       ", ".join(runs), "")]
@@ -264,14 +196,8 @@ def run(config, workdir: str) -> dict:
       "TD-error quantile), lambda_t = clip(lambda_0 sqrt(1 + kappa d_t)) (aes) or "
       "clip(lambda_0 sqrt(d_t / d_ref)) (aes_sqrt), drift modes and metric "
       "formulas; see jaxlab.rl docstrings.")
-  report = jaxlab.report.ReportRow(
-      method="AES (adaptive entropy scheduling)", paper_claim=PAPER_CLAIM,
-      baseline=baseline, ours=ours, verdict=verdict, details=" ".join(lines),
-      plots=tuple(plots), criteria=crit_results, facts=facts)
-  results = dict(experiment="aes", preset=config.preset, runs=runs,
-                 criteria=[dataclasses.asdict(r) for r in crit_results],
-                 facts=[dataclasses.asdict(f) for f in facts], seconds=time.time() - t0,
-                 config=json.loads(config.to_json_best_effort()),
-                 report=dataclasses.asdict(report))
-  jaxlab.report.write_results(workdir, results)
-  return results
+  return study.finish(
+      method="AES (adaptive entropy scheduling)", paper_claim=PAPER_CLAIM, baseline=baseline,
+      ours=ours, details=" ".join(lines), facts=facts,
+      results=dict(experiment="aes", preset=config.preset, runs=runs,
+                   config=json.loads(config.to_json_best_effort())))

@@ -5,7 +5,8 @@ one quantization vocabulary: the named presets in `PRESETS`, which
 `optim.Quantizer`, `quant` (fake quantization, `QDense`), the experiments and
 the benchmarks take by name.
 
-Public API:
+Public API::
+
   quantize(x, fmt, *, axis=-1, key=None, **options) -> QArray
   dequantize(q, dtype=float32) -> Array
   fake_quant(x, fmt, *, axis=-1, key=None, **options)   (straight-through gradient)
@@ -25,14 +26,21 @@ E2M1, E1M2, E2M2, E4M3 (`FloatGrid`), `round_float`, `decode_float`,
 `tensor_encode_scale`, `e4m3_scale`.
 
 Non-finite, tiny and degenerate inputs (one rule for every format and for
-every quantizer built on them, `optim.Quantizer` and `quant.fake_quant`
-included; a jaxlab interpretation, the specs leave it open):
+the quantizers built on them, `optim.Quantizer` included; `quant.fake_quant`
+documents its own rule for QAT):
+
+  * A block holding a NaN or an ±Inf dequantizes to NaN in every element: it
+    gets its scale's NaN encoding, the OCP MX v1.0 rule (a NaN shared scale
+    makes every element of its block NaN) applied to every format: E8M0 0xFF
+    (MXFP4), E4M3 0x7F (NVFP4, MixFP4 with its E1M2 flag clear, INT with E4M3
+    scales), float32 NaN (FP8 and INT with float32 scales). FP8 with one
+    tensor scale has no block scale: the block's elements (a block is a row
+    along the blocked axis there) get E4M3's NaN code 0x7F. A non-finite
+    weight thus stays visibly non-finite, never a silent zero or a finite
+    value. Finite values beyond a format's range still saturate.
   * Tensor and block amaxes are taken over finite values only, so one Inf or
-    NaN does not change the scale of the other elements, nor (MixFP4) which
-    element format its block chooses.
-  * NaN elements encode as +0; ±Inf elements saturate to the largest code of
-    their block (±6 for E2M1, ±7 for INT4, ±448 for E4M3) at that block's
-    scale. `dequantize` never returns NaN or Inf, and no scale is ever NaN,
+    NaN does not change the scale of the other blocks, nor (MixFP4) which
+    element format its block chooses. A finite block's scale is never NaN,
     Inf or divided by.
   * A block whose finite amax is 0 gets scale 0 (byte 0), all-zero codes and
     dequantizes to exact zeros; a tensor whose finite amax is 0 uses tensor

@@ -1,7 +1,7 @@
 """quantize / dequantize / fake_quant: layout, dispatch to a codec, packing.
 
-Non-finite and degenerate inputs (one rule for every format; a jaxlab
-interpretation, the specs leave it open): see the package docstring.
+Non-finite and degenerate inputs (one rule for every format, OCP MX's for
+non-finite blocks): see the package docstring.
 """
 
 import functools
@@ -20,6 +20,7 @@ from jaxlab.formats._scales import (
     F32_MAX,
     MAX_COLUMN_BLOCK,
     block_amax,
+    finite,
     finite_abs,
     pairwise,
     tensor_amax,
@@ -87,8 +88,10 @@ def _block_amaxes(xb: Array, finite_only: bool) -> Array:
 SMALL_TENSOR = 1 << 16
 
 
-def _by_blocks(fn, xb: Array):
-  """fn(xb, amax_b, all_finite=...) with the blocks' finite amax, |x| never materialised.
+def _by_blocks(fn, xb: Array, mark):
+  """fn(xb, amax_b, all_finite=...) with the blocks' finite amax, |x| never materialised;
+  then `mark(out, bad)` gives blocks holding a NaN or an Inf (`bad` [..., nb]) their
+  NaN encoding.
 
   For a finite tensor the raw maxima are the amaxes, and the codec may take its faster
   finite-input path (`all_finite=True`) and is handed the tensor amax the check
@@ -98,7 +101,8 @@ def _by_blocks(fn, xb: Array):
   empty ones) go straight to the general path.
   """
   if xb.size <= SMALL_TENSOR:
-    return fn(xb, block_amax(xb), all_finite=False)
+    bad = jnp.any(~finite(xb), axis=-1)
+    return mark(fn(xb, block_amax(xb), all_finite=False), bad)
   raw = _block_amaxes(xb, finite_only=False)
   amax_t = tensor_amax(raw)
 
@@ -108,10 +112,34 @@ def _by_blocks(fn, xb: Array):
     # maximum for every element (MXFP4 quantize ~1.8x slower).
     amax_b = jax.lax.cond(amax_t > F32_MAX, lambda: _block_amaxes(xb, finite_only=True),
                           lambda: jnp.zeros_like(raw))
-    return fn(xb, amax_b, all_finite=False)
+    return mark(fn(xb, amax_b, all_finite=False), raw > F32_MAX)
 
   return jax.lax.cond(amax_t <= F32_MAX,
                       lambda: fn(xb, raw, all_finite=True, amax_t=amax_t), nonfinite)
+
+
+def _nan_scales(fmt: Format):
+  """`mark` for encoded blocks: OCP MX's rule, a non-finite block gets the NaN scale.
+
+  E8M0 0xFF (MXFP4), E4M3 0x7F (NVFP4, MixFP4 with its E1M2 flag clear, INT with E4M3
+  scales), float32 NaN (FP8 and INT with float32 scales). FP8 with one tensor scale
+  has no block scale: the block's elements get E4M3's NaN code 0x7F instead.
+  """
+  def mark(out, bad):
+    codes, scales, tensor_scale = out
+    if fmt.name == "fp8_e4m3" and fmt.granularity == "tensor":
+      codes = jnp.where(bad[..., None], jnp.uint8(0x7F), codes)
+    elif scales.dtype == jnp.uint8:
+      scales = jnp.where(bad, jnp.uint8(0xFF if fmt.name == "mxfp4" else 0x7F), scales)
+    else:
+      scales = jnp.where(bad, jnp.nan, scales)
+    return codes, scales, tensor_scale
+  return mark
+
+
+def _nan_values(xh: Array, bad: Array) -> Array:
+  """`mark` for fake-quantized blocks: what `dequantize` gives a NaN-scaled block."""
+  return jnp.where(bad[..., None], jnp.nan, xh)
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "axis"))
@@ -119,7 +147,7 @@ def _quantize(x: Array, key: Array | None, *, fmt: Format, axis: int) -> QArray:
   lay = layout(x.shape, axis, fmt)
   xb = to_blocks(x, lay)
   encode = functools.partial(_CODECS[fmt.name].encode, fmt=fmt, key=key)
-  codes, scales, tensor_scale = _by_blocks(encode, xb)
+  codes, scales, tensor_scale = _by_blocks(encode, xb, _nan_scales(fmt))
   codes = codes.reshape(*codes.shape[:-2], lay.padded * fmt.element_bits // 8)
   return QArray(codes, scales, tensor_scale, fmt, tuple(x.shape), lay.axis)
 
@@ -235,7 +263,7 @@ def _fake_quant_values(x: Array, key: Array | None, *, fmt: Format, axis: int) -
     return _dequantize(_quantize(x, key, fmt=fmt, axis=axis), x.dtype)
   lay = layout(x.shape, axis, fmt)
   xb = to_blocks(x, lay)
-  xh = _by_blocks(functools.partial(codec.fake, fmt=fmt, key=key), xb)
+  xh = _by_blocks(functools.partial(codec.fake, fmt=fmt, key=key), xb, _nan_values)
   return from_blocks(xh, lay).astype(x.dtype)
 
 

@@ -45,7 +45,7 @@ class Format:
       values above 6 clip) or "rceil" (X = smallest power of two with
       amax/X <= 6, never clips; qwix/NVIDIA).
     select_p: mixfp4 only: the block error used to choose E1M2 over E2M1 is
-      sum |x - x_hat|**p; p=2 (MSE) is the public implementations' selector,
+      ``sum |x - x_hat|**p``; p=2 (MSE) is the public implementations' selector,
       other p are ablations (the paper's selector is unknown; jaxlab
       interpretation).
     pad: zero-pad a blocked axis whose length is not a multiple of the block.

@@ -160,7 +160,7 @@ def round_float(y: Float[Array | np.ndarray, "*s"], grid: FloatGrid, *, key: Arr
   """Rounds `y` onto `grid` (saturating) and returns `(codes, values)`.
 
   Rules: round half to even (or stochastic rounding when `key` is given);
-  |y| above `grid.max_value` (including ±Inf) saturates to ±max; NaN maps to
+  ``|y|`` above `grid.max_value` (including ±Inf) saturates to ±max; NaN maps to
   +0 (the grids have no NaN). Codes are sign-magnitude uint8.
 
   Args:

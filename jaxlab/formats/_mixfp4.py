@@ -28,7 +28,7 @@ from jax import Array
 
 from jaxlab.formats import _grids
 from jaxlab.formats._format import Format
-from jaxlab.formats._nvfp4 import decode, e2m1_candidate, scaled, tensor_scales
+from jaxlab.formats._nvfp4 import decode, e2m1_candidate, nan_blocks, scaled, tensor_scales
 from jaxlab.formats._packing import pack_nibbles, pack_pairs
 from jaxlab.formats._scales import (
     MAX_COLUMN_BLOCK,
@@ -123,7 +123,8 @@ def mixfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = Non
   Plain jnp: the Pallas quantize kernel calls it on its tile. `block_sum`
   sums the block errors over the last axis (default `jnp.sum`; `quantize`
   uses `ordered_sum`). Both are float32 sums of 16 terms: they can only disagree
-  on blocks whose two errors tie to within float32 rounding.
+  on blocks whose two errors tie to within float32 rounding. A block holding a NaN
+  or an Inf gets scale byte 0x7F (NaN, flag clear) and NaN x_hat, as in NVFP4.
   """
   if block_sum is None:
     block_sum = functools.partial(jnp.sum, axis=-1)
@@ -134,7 +135,7 @@ def mixfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = Non
   use_i = _select_e1m2(xs, sb_i, r_f, r_i, select_p, block_sum)
   codes = jnp.where(use_i[..., None], codes_i, codes_f)
   sb = jnp.where(use_i, sb_i | jnp.uint8(0x80), sb_f)
-  return codes, sb, jnp.where(use_i[..., None], r_i, r_f) * s_dec
+  return (codes, *nan_blocks(xb, sb, jnp.where(use_i[..., None], r_i, r_f) * s_dec))
 
 
 def _staged(xb: Array, amax_b: Array, fmt: Format, key: Array | None,

@@ -20,6 +20,7 @@ from jaxlab.formats._scales import (
     e4m3_byte_value,
     e4m3_scale,
     e4m3_scale_finite,
+    finite,
     recip,
     rne_input,
     safe_div,
@@ -32,13 +33,24 @@ def nvfp4_blocks(xb: Array, s_enc: Array, s_dec: Array, key: Array | None = None
                  amax_b: Array | None = None) -> tuple[Array, Array, Array]:
   """NVFP4 on blocked input [..., nb, bs]: (nibble codes, scale bytes, x_hat).
 
-  `amax_b` (the blocks' finite amax) is recomputed when not given. Plain jnp:
-  the Pallas quantize kernel calls it on its tile.
+  `amax_b` (the blocks' finite amax) is recomputed when not given. A block holding
+  a NaN or an Inf gets the E4M3 NaN scale byte 0x7F and NaN x_hat (`nan_blocks`).
+  Plain jnp: the Pallas quantize kernel calls it on its tile.
   """
   if amax_b is None:
     amax_b = block_amax(xb)
   codes, sb, sv, vals = e2m1_candidate(xb * s_enc, amax_b, s_enc, key)
-  return codes, sb, (vals * sv[..., None]) * s_dec
+  return (codes, *nan_blocks(xb, sb, (vals * sv[..., None]) * s_dec))
+
+
+def nan_blocks(xb: Array, sb: Array, xh: Array) -> tuple[Array, Array]:
+  """OCP MX's rule for non-finite input on E4M3-scaled blocks [..., nb, bs]: a block
+  holding a NaN or an Inf gets scale byte 0x7F (NaN; MixFP4's flag clear) and NaN
+  x_hat. Returns (scale bytes, x_hat)."""
+  # A max, not `jnp.any`: Pallas' Triton lowering has no reduce_or.
+  bad = jnp.max(jnp.where(finite(xb), 0.0, 1.0), axis=-1) > 0
+  return (jnp.where(bad, jnp.uint8(0x7F), sb),
+          jnp.where(bad[..., None], jnp.nan, xh))
 
 
 def e2m1_candidate(xs: Array, amax_b: Array, s_enc: Array, key: Array | None = None

@@ -8,7 +8,15 @@ Rotation channels are Euler angles in degrees, applied in the listed order
 
 `parse_bvh(format_bvh(b))` gives back `b` exactly: numbers are written with
 Python's shortest round-tripping repr. A malformed file raises `BvhError`
-naming the line.
+naming the line (and, from `read_bvh`, the file).
+
+Variants seen in public files are read as well: a UTF-8 byte-order mark,
+Latin-1 bytes (`read_bvh` decodes UTF-8 and falls back to Latin-1), a named
+`End Site <name>` (the name is not kept), and channel names in any
+capitalisation (`ZPosition`, `xrotation`; stored in the canonical spelling).
+Hierarchies of any depth are parsed and written without recursion, and the
+frame count is checked against the lines that follow before anything is
+allocated.
 
 Example:
   >>> text = '''HIERARCHY
@@ -51,11 +59,18 @@ CHANNELS = POSITION_CHANNELS + ROTATION_CHANNELS
 
 
 class BvhError(ValueError):
-  """A malformed BVH file; the message starts with "line N:"."""
+  """A malformed BVH file; the message is "line N: ..." ("PATH: line N: ..." when read
+  from a file by `read_bvh`)."""
 
-  def __init__(self, line: int, message: str):
-    super().__init__(f"line {line}: {message}")
+  def __init__(self, line: int, message: str, path: str | None = None):
+    super().__init__(f"{path}: line {line}: {message}" if path else f"line {line}: {message}")
     self.line = line
+    self.path = path
+    self.detail = message
+
+
+# Channel names as files spell them, in any capitalisation -> the canonical names.
+_CANONICAL = {c.lower(): c for c in CHANNELS}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -157,6 +172,8 @@ def parse_bvh(text: str) -> Bvh:
   Raises:
     BvhError: (a ValueError) on malformed input, naming the line.
   """
+  if text.startswith("\ufeff"):  # a UTF-8 byte-order mark decoded as text
+    text = text[1:]
   lines = [(i + 1, ln.split()) for i, ln in enumerate(text.splitlines())]
   lines = [(i, t) for i, t in lines if t]
   pos = 0
@@ -173,13 +190,14 @@ def parse_bvh(text: str) -> Bvh:
   if tokens != ["HIERARCHY"]:
     raise BvhError(line, f"expected HIERARCHY, got {' '.join(tokens)!r}")
   names, parents, offsets, channels, end_sites = [], [], [], [], []
+  open_joints = []  # the joints whose '}' is still to come, innermost last
 
-  def parse_joint(parent: int, line: int, tokens: list[str]) -> None:
+  def open_joint(parent: int, line: int, tokens: list[str]) -> None:
     if len(tokens) != 2:
       raise BvhError(line, f"{tokens[0]} needs exactly one name")
     if tokens[1] in names:
       raise BvhError(line, f"duplicate joint name {tokens[1]!r}")
-    index = len(names)
+    open_joints.append(len(names))
     names.append(tokens[1])
     parents.append(parent)
     end_sites.append(None)
@@ -200,49 +218,56 @@ def parse_bvh(text: str) -> Bvh:
     if count < 0 or count != len(t) - 2:
       raise BvhError(ln, f"CHANNELS count {t[1] if len(t) > 1 else ''!r} does not match the "
                          f"{len(t) - 2} channel names")
-    bad = [c for c in t[2:] if c not in CHANNELS]
-    if bad or len(set(t[2:])) != len(t) - 2:
+    chans = tuple(_CANONICAL.get(c.lower(), c) for c in t[2:])
+    if any(c not in CHANNELS for c in chans) or len(set(chans)) != len(chans):
       raise BvhError(ln, f"unknown or repeated channel in {t[2:]}; expected names of {CHANNELS}")
-    channels.append(tuple(t[2:]))
-    while True:
-      ln, t = next_line("JOINT, End Site or }")
-      if t == ["}"]:
-        return
-      if t[0] == "JOINT":
-        parse_joint(index, ln, t)
-      elif t == ["End", "Site"]:
-        if end_sites[index] is not None:
-          raise BvhError(ln, f"joint {names[index]!r} has a second End Site")
-        ln2, t2 = next_line("{")
-        if t2 != ["{"]:
-          raise BvhError(ln2, "expected '{' after End Site")
-        ln2, t2 = next_line("OFFSET")
-        if t2[0] != "OFFSET":
-          raise BvhError(ln2, f"expected OFFSET in End Site, got {t2[0]!r}")
-        end_sites[index] = np.array(_floats(t2[1:], 3, ln2, "OFFSET"), np.float64)
-        ln2, t2 = next_line("}")
-        if t2 != ["}"]:
-          raise BvhError(ln2, "expected '}' closing End Site")
-      else:
-        raise BvhError(ln, f"expected JOINT, End Site or '}}', got {' '.join(t)!r}")
+    channels.append(chans)
+
+  def end_site(index: int, ln: int) -> None:
+    if end_sites[index] is not None:
+      raise BvhError(ln, f"joint {names[index]!r} has a second End Site")
+    ln2, t2 = next_line("{")
+    if t2 != ["{"]:
+      raise BvhError(ln2, "expected '{' after End Site")
+    ln2, t2 = next_line("OFFSET")
+    if t2[0] != "OFFSET":
+      raise BvhError(ln2, f"expected OFFSET in End Site, got {t2[0]!r}")
+    end_sites[index] = np.array(_floats(t2[1:], 3, ln2, "OFFSET"), np.float64)
+    ln2, t2 = next_line("}")
+    if t2 != ["}"]:
+      raise BvhError(ln2, "expected '}' closing End Site")
 
   line, tokens = next_line("ROOT")
   if tokens[0] != "ROOT":
     raise BvhError(line, f"expected ROOT, got {tokens[0]!r}")
-  parse_joint(-1, line, tokens)
+  open_joint(-1, line, tokens)
+  while open_joints:  # a loop, not recursion: hierarchies may be thousands deep
+    ln, t = next_line("JOINT, End Site or }")
+    if t == ["}"]:
+      open_joints.pop()
+    elif t[0] == "JOINT":
+      open_joint(open_joints[-1], ln, t)
+    elif t[:2] == ["End", "Site"]:  # some exporters name it: "End Site LeftToe_End"
+      end_site(open_joints[-1], ln)
+    else:
+      raise BvhError(ln, f"expected JOINT, End Site or '}}', got {' '.join(t)!r}")
   line, tokens = next_line("MOTION")
   if tokens != ["MOTION"]:
     raise BvhError(line, f"expected MOTION (one ROOT per file), got {' '.join(tokens)!r}")
   line, tokens = next_line("Frames:")
   if len(tokens) != 2 or tokens[0] != "Frames:" or not tokens[1].isdigit():
     raise BvhError(line, f"expected 'Frames: <count>', got {' '.join(tokens)!r}")
-  num_frames = int(tokens[1])
+  num_frames, frames_line = int(tokens[1]), line
   line, tokens = next_line("Frame Time:")
   if tokens[:2] != ["Frame", "Time:"]:
     raise BvhError(line, f"expected 'Frame Time: <seconds>', got {' '.join(tokens)!r}")
   frame_time = _floats(tokens[2:], 1, line, "Frame Time")[0]
   if frame_time <= 0:
     raise BvhError(line, f"Frame Time must be > 0, got {frame_time}")
+  # Checked before allocating: a damaged count (Frames: 10**12) must not allocate first.
+  if num_frames > len(lines) - pos:
+    raise BvhError(lines[-1][0] + 1, f"unexpected end of file: 'Frames: {num_frames}' (line "
+                   f"{frames_line}) but {len(lines) - pos} frame lines follow")
   num_channels = sum(len(c) for c in channels)
   motion = np.zeros((num_frames, num_channels), np.float64)
   for f in range(num_frames):
@@ -255,9 +280,24 @@ def parse_bvh(text: str) -> Bvh:
 
 
 def read_bvh(path: str | os.PathLike) -> Bvh:
-  """Reads and parses a BVH file (errors name the line)."""
-  with open(path) as f:
-    return parse_bvh(f.read())
+  """Reads and parses a BVH file.
+
+  The bytes are decoded as UTF-8 (a byte-order mark is dropped), else as Latin-1,
+  which some exporters write joint names in.
+
+  Raises:
+    BvhError: a malformed file; the message names the file and the line.
+  """
+  with open(path, "rb") as f:
+    raw = f.read()
+  try:
+    text = raw.decode("utf-8-sig")
+  except UnicodeDecodeError:
+    text = raw.decode("latin-1")
+  try:
+    return parse_bvh(text)
+  except BvhError as e:
+    raise BvhError(e.line, e.detail, path=os.fspath(path)) from None
 
 
 def _num(x: float) -> str:
@@ -270,24 +310,24 @@ def format_bvh(bvh: Bvh) -> str:
   for k, p in enumerate(bvh.parents[1:], start=1):
     children[p].append(k)
   out = ["HIERARCHY"]
-
-  def write(j: int, indent: str) -> None:
-    kind = "ROOT" if j == 0 else "JOINT"
-    out.append(f"{indent}{kind} {bvh.names[j]}")
-    out.append(f"{indent}{{")
+  stack = [(True, 0, "")]  # (opening?, joint, indent): a loop, so any depth is written
+  while stack:
+    opening, j, indent = stack.pop()
     inner = indent + "\t"
-    out.append(f"{inner}OFFSET " + " ".join(_num(v) for v in bvh.offsets[j]))
-    out.append(f"{inner}CHANNELS {len(bvh.channels[j])}"
-               + "".join(f" {c}" for c in bvh.channels[j]))
-    for k in children[j]:
-      write(k, inner)
+    if opening:
+      out.append(f"{indent}{'ROOT' if j == 0 else 'JOINT'} {bvh.names[j]}")
+      out.append(f"{indent}{{")
+      out.append(f"{inner}OFFSET " + " ".join(_num(v) for v in bvh.offsets[j]))
+      out.append(f"{inner}CHANNELS {len(bvh.channels[j])}"
+                 + "".join(f" {c}" for c in bvh.channels[j]))
+      stack.append((False, j, indent))
+      stack.extend((True, k, inner) for k in reversed(children[j]))
+      continue
     if bvh.end_sites[j] is not None:
       out.extend([f"{inner}End Site", f"{inner}{{",
                   f"{inner}\tOFFSET " + " ".join(_num(v) for v in bvh.end_sites[j]),
                   f"{inner}}}"])
     out.append(f"{indent}}}")
-
-  write(0, "")
   out.extend(["MOTION", f"Frames: {bvh.motion.shape[0]}", f"Frame Time: {_num(bvh.frame_time)}"])
   out.extend(" ".join(_num(v) for v in row) for row in bvh.motion)
   return "\n".join(out) + "\n"

@@ -105,6 +105,14 @@ def numpy_fk(parents: np.ndarray, offsets: np.ndarray, local_rot: np.ndarray,
 
   Returns:
     (positions, global rotations), float64.
+
+  Example:
+    >>> parents = np.array([-1, 0, 1])                     # a chain of two unit bones
+    >>> offsets = np.array([[0.0, 0, 0], [0, 1, 0], [0, 1, 0]])
+    >>> rot = np.broadcast_to(np.eye(3), (2, 3, 3, 3))     # 2 frames at rest
+    >>> pos, glob = numpy_fk(parents, offsets, rot, np.zeros((2, 3)))
+    >>> pos.shape, glob.shape, pos[0, 2].tolist()
+    ((2, 3, 3), (2, 3, 3, 3), [0.0, 2.0, 0.0])
   """
   t, j = local_rot.shape[:2]
   pos = np.zeros((t, j, 3))
@@ -174,7 +182,15 @@ class Clip:
 
 def generate_clip(skeleton: skeletons.Skeleton, params: GaitParams, *, num_frames: int,
                   fps: float) -> Clip:
-  """Runs the species controller of `skeleton` with `params` for `num_frames` frames."""
+  """Runs the species controller of `skeleton` with `params` for `num_frames` frames.
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> sk = skeletons.make_skeleton("biped", rng)
+    >>> clip = generate_clip(sk, sample_params(rng), num_frames=8, fps=20.0)
+    >>> clip.local_rot.shape, clip.root_pos.shape, int(clip.contact.any(0).sum())  # 2 feet
+    ((8, 20, 3, 3), (8, 3), 2)
+  """
   if num_frames < 2:
     raise ValueError(f"num_frames must be >= 2, got {num_frames}")
   if not fps > 0:
@@ -249,7 +265,17 @@ class MotionData(NamedTuple):
 
 
 def pack(clips: Sequence[Clip], text_index: dict[str, int], max_joints: int) -> MotionData:
-  """Pads clips into a `MotionData`; `text_index` maps each description to its table row."""
+  """Pads clips into a `MotionData`; `text_index` maps each description to its table row.
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> sk = skeletons.make_skeleton("biped", rng)
+    >>> clip = generate_clip(sk, sample_params(rng), num_frames=8, fps=20.0)
+    >>> index = {d: i for i, d in enumerate(sorted(set(sk.descriptions)))}
+    >>> data = pack([clip, clip], index, max_joints=32)
+    >>> data.features.shape, data.mask.sum(1).tolist()   # 20 real joints, 12 padding
+    ((2, 8, 32, 17), [20, 20])
+  """
   if not clips:
     raise ValueError("clips must be non-empty")
   n, t = len(clips), clips[0].local_rot.shape[0]
@@ -280,7 +306,19 @@ def pack(clips: Sequence[Clip], text_index: dict[str, int], max_joints: int) -> 
 
 
 def shuffle_text(data: MotionData, rng: np.random.Generator) -> MotionData:
-  """Each clip's descriptions permuted among its own joints (the shuffled-text ablation)."""
+  """Each clip's descriptions permuted among its own joints (the shuffled-text ablation).
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> sk = skeletons.make_skeleton("biped", rng)
+    >>> clip = generate_clip(sk, sample_params(rng), num_frames=8, fps=20.0)
+    >>> data = pack([clip], {d: i for i, d in enumerate(sk.descriptions)}, max_joints=24)
+    >>> shuffled = shuffle_text(data, np.random.default_rng(1))
+    >>> bool((shuffled.text_id != data.text_id).any())
+    True
+    >>> sorted(shuffled.text_id[0, :20].tolist()) == sorted(data.text_id[0, :20].tolist())
+    True
+  """
   text_id = data.text_id.copy()
   for i in range(len(text_id)):
     j = int(data.mask[i].sum())
@@ -320,13 +358,15 @@ def make_splits(seed: int, *, num_train: int, num_test: int, num_frames: int, fp
     heldout_morphology: see above; False draws every skeleton from any morphology.
 
   Returns:
-    "train": `num_train` clips per training species (unpaired, shuffled);
-    "test_seen": `num_test` fresh clips per training species, each as it was trained
+    A dict of clip lists:
+
+    * "train": `num_train` clips per training species (unpaired, shuffled);
+    * "test_seen": `num_test` fresh clips per training species, each as it was trained
       (reconstruction);
-    "test_heldout": `num_test` clips of `heldout_species` (out-of-topology reconstruction);
-    "pair_source" / "pair_target": `num_test` hidden pairs (same `GaitParams`, species
+    * "test_heldout": `num_test` clips of `heldout_species` (out-of-topology reconstruction);
+    * "pair_source" / "pair_target": `num_test` hidden pairs (same `GaitParams`, species
       `pair[0]` and `pair[1]`), used for scoring retargeting only;
-    "pair_target_common": the same pairs' targets on skeletons of the morphology the
+    * "pair_target_common": the same pairs' targets on skeletons of the morphology the
       target species trained on (drawn after every other split).
 
   Example:

@@ -25,7 +25,16 @@ from jaxtyping import Float, Int
 
 
 def check_parents(parents: np.ndarray | list | tuple) -> np.ndarray:
-  """Validates a parent array (root first, parents before children); returns it as int32."""
+  """Validates a parent array (root first, parents before children); returns it as int32.
+
+  Example:
+    >>> check_parents([-1, 0, 0, 2])
+    array([-1,  0,  0,  2], dtype=int32)
+    >>> check_parents([-1, 2, 0])
+    Traceback (most recent call last):
+    ...
+    ValueError: parents[j] must lie in [0, j) for j >= 1 (parents before children); bad joints [1]
+  """
   p = np.asarray(parents)
   if p.ndim != 1 or p.size == 0:
     raise ValueError(f"parents must be a non-empty 1-D array, got shape {p.shape}")
@@ -39,7 +48,12 @@ def check_parents(parents: np.ndarray | list | tuple) -> np.ndarray:
 
 
 def joint_depths(parents: np.ndarray | list | tuple) -> np.ndarray:
-  """Topological depth of every joint (root 0), from a validated parent array."""
+  """Topological depth of every joint (root 0), from a validated parent array.
+
+  Example:
+    >>> joint_depths([-1, 0, 1, 0]).tolist()
+    [0, 1, 2, 1]
+  """
   p = check_parents(parents)
   depth = np.zeros(p.size, np.int32)
   for j in range(1, p.size):
@@ -68,6 +82,15 @@ def forward_kinematics(
 
   Returns:
     (positions [..., J, 3], global rotations [..., J, 3, 3]).
+
+  Example:
+    >>> from jaxlab.motion.rotations import axis_rotation
+    >>> parents = jnp.array([-1, 0, 1])                    # a chain of two unit bones
+    >>> offsets = jnp.array([[0.0, 0, 0], [0, 1, 0], [0, 1, 0]])
+    >>> rot = jnp.stack([jnp.eye(3), axis_rotation(jnp.array(jnp.pi / 2), "Z"), jnp.eye(3)])
+    >>> pos, glob = forward_kinematics(parents, offsets, rot, jnp.zeros(3))
+    >>> pos.shape, glob.shape, pos[2].round(6).tolist()   # the elbow turns the tip to -x
+    ((3, 3), (3, 3, 3), [-1.0, 1.0, 0.0])
   """
   num_joints = offsets.shape[-2]
   if parents.shape != (num_joints,):

@@ -130,7 +130,14 @@ class SkeletonInputs(NamedTuple):
 
 
 def sinusoidal(x: Float[Array, "*b c"], num_freqs: int) -> Float[Array, "*b f"]:
-  """[x, sin(2^k pi x), cos(2^k pi x)] for k < num_freqs (coordinate encoding)."""
+  """[x, sin(2^k pi x), cos(2^k pi x)] for k < num_freqs (coordinate encoding).
+
+  Example:
+    >>> sinusoidal(jnp.zeros((4, 3)), 2).shape   # 3 + 3 * 2 * 2
+    (4, 15)
+    >>> (sinusoidal(jnp.array([0.5]), 1).round(6) + 0.0).tolist()   # [x, sin(pi x), cos(pi x)]
+    [0.5, 1.0, 0.0]
+  """
   freqs = (2.0 ** jnp.arange(num_freqs)) * jnp.pi
   ang = x[..., None] * freqs
   feats = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(*x.shape[:-1], -1)
@@ -138,7 +145,13 @@ def sinusoidal(x: Float[Array, "*b c"], num_freqs: int) -> Float[Array, "*b f"]:
 
 
 def time_encoding(num_frames: int, width: int) -> Float[Array, "t d"]:
-  """Transformer sinusoidal positional encoding [T, width]."""
+  """Transformer sinusoidal positional encoding [T, width].
+
+  Example:
+    >>> pe = time_encoding(3, 6)
+    >>> pe.shape, pe[0].tolist()   # frame 0: sin 0 = 0, cos 0 = 1
+    ((3, 6), [0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+  """
   pos = jnp.arange(num_frames, dtype=jnp.float32)[:, None]
   i = jnp.arange(width // 2, dtype=jnp.float32)[None]
   ang = pos / (10000.0 ** (2 * i / width))
@@ -198,6 +211,14 @@ def bone_edges(parents: Int[Array, "b j"], depth: Int[Array, "b j"], mask: Bool[
 
   Edge features (spec: depth and inverse depth) are the child's depth / 8, 1 / (1 + depth)
   and the direction (+1 parent -> child, -1 child -> parent).
+
+  Example:
+    >>> parents, depth = jnp.array([[-1, 0, 1]]), jnp.array([[0, 1, 2]])
+    >>> src, dst, feats, valid = bone_edges(parents, depth, jnp.ones((1, 3), bool))
+    >>> src.tolist(), dst.tolist(), valid.tolist()   # the root has no bone
+    ([[0, 0, 1, 0, 1, 2]], [[0, 1, 2, 0, 0, 1]], [[False, True, True, False, True, True]])
+    >>> feats.shape
+    (1, 6, 3)
   """
   j = parents.shape[-1]
   child = jnp.broadcast_to(jnp.arange(j), parents.shape)

@@ -89,6 +89,15 @@ def to_bvh(skeleton: skeletons.Skeleton, local_rot: Float[np.ndarray, "t j 3 3"]
 
   Returns:
     The `bvh.Bvh` (write it with `bvh.write_bvh`).
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> clip = generate.generate_clip(skeletons.make_skeleton("quadruped", rng),
+    ...                               generate.sample_params(rng), num_frames=8, fps=10.0)
+    >>> rot, _ = clip.heading_free()
+    >>> b = to_bvh(clip.skeleton, rot, clip.root_features(), fps=clip.fps)
+    >>> len(b.names), b.motion.shape   # 23 joints: root 6 channels, the others 3
+    (23, (8, 72))
   """
   j = skeleton.num_joints
   local_rot = np.asarray(local_rot, np.float64)
@@ -155,6 +164,16 @@ def facing_frame(local_rot: Float[np.ndarray, "t j 3 3"], root_pos: Float[np.nda
 
   The yaw is that of the root's forward (+z) axis; the speeds are the root path's
   velocity (central differences) in that frame, as `Clip.root_features` computes them.
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> clip = generate.generate_clip(skeletons.make_skeleton("quadruped", rng),
+    ...                               generate.sample_params(rng), num_frames=8, fps=10.0)
+    >>> rot, speeds = facing_frame(clip.local_rot, clip.root_pos, clip.fps)
+    >>> np.allclose(rot, clip.heading_free()[0], atol=1e-5)   # the yaw is the heading
+    True
+    >>> speeds.shape, round(float(speeds[0, 0]), 3), round(clip.params.speed, 3)
+    ((8, 2), 1.436, 1.436)
   """
   rot = np.array(local_rot, np.float64)
   yaw = np.arctan2(rot[:, 0, 0, 2], rot[:, 0, 2, 2])
@@ -186,10 +205,23 @@ def score(local_rot: Float[np.ndarray, "t j 3 3"], root_pos: Float[np.ndarray, "
     fps: frames per second of both.
 
   Returns:
-    jp_cm: mean joint-position error (cm) of root-relative positions in the facing frame;
-    root_vel: mean absolute error of the root's forward and lateral speed (m/s);
-    gait_corr: Pearson correlation over time of the walking limbs' swing angles
+    A dict of three floats:
+
+    * jp_cm: mean joint-position error (cm) of root-relative positions in the facing frame;
+    * root_vel: mean absolute error of the root's forward and lateral speed (m/s);
+    * gait_corr: Pearson correlation over time of the walking limbs' swing angles
       (upper segments), averaged over those joints.
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> clip = generate.generate_clip(skeletons.make_skeleton("quadruped", rng),
+    ...                               generate.sample_params(rng), num_frames=8, fps=10.0)
+    >>> {k: round(v, 2) for k, v in score(clip.local_rot, clip.root_pos, clip,
+    ...                                   fps=clip.fps).items()}   # the pair itself
+    {'jp_cm': 0.0, 'root_vel': 0.0, 'gait_corr': 1.0}
+    >>> rot, root = mean_pose_clip(mean_pose([clip]), clip)     # standing still
+    >>> {k: round(v, 2) for k, v in score(rot, root, clip, fps=clip.fps).items()}
+    {'jp_cm': 6.54, 'root_vel': 0.72, 'gait_corr': 0.0}
   """
   sk = target.skeleton
   local_rot = np.asarray(local_rot, np.float64)
@@ -244,7 +276,16 @@ def mean_pose(clips: list[generate.Clip]) -> dict[str, np.ndarray]:
 def mean_pose_clip(table: dict[str, np.ndarray], target: generate.Clip
                    ) -> tuple[np.ndarray, np.ndarray]:
   """(local rotations [T, J, 3, 3], root positions [T, 3]): `target`'s skeleton held at
-  `table`'s mean pose (identity for roles absent from it), the root at rest."""
+  `table`'s mean pose (identity for roles absent from it), the root at rest.
+
+  Example:
+    >>> rng = np.random.default_rng(0)
+    >>> clip = generate.generate_clip(skeletons.make_skeleton("quadruped", rng),
+    ...                               generate.sample_params(rng), num_frames=8, fps=10.0)
+    >>> rot, root = mean_pose_clip(mean_pose([clip]), clip)
+    >>> rot.shape, root.shape, bool((rot == rot[0]).all())   # one pose, every frame
+    ((8, 23, 3, 3), (8, 3), True)
+  """
   sk = target.skeleton
   pose = np.stack([table.get(role, np.eye(3)) for role in sk.roles])
   t = target.local_rot.shape[0]

@@ -27,7 +27,12 @@ def sixd_to_matrix(d6: Float[Array, "*b 6"], eps: float = 1e-8) -> Float[Array, 
 
   Returns:
     [..., 3, 3] orthonormal matrices with determinant +1 whose columns are
-    b1 = a1/|a1|, b2 = (a2 - (b1.a2) b1)/|.|, b3 = b1 x b2.
+    ``b1 = a1/|a1|``, ``b2 = (a2 - (b1.a2) b1)/|.|``, ``b3 = b1 x b2``.
+
+  Example:
+    >>> r = sixd_to_matrix(jnp.array([2.0, 0.0, 0.0, 1.0, 3.0, 0.0]))  # unnormalised
+    >>> r.tolist()
+    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
   """
   if d6.shape[-1] != 6:
     raise ValueError(f"d6 must end in 6, got shape {d6.shape}")
@@ -40,12 +45,23 @@ def sixd_to_matrix(d6: Float[Array, "*b 6"], eps: float = 1e-8) -> Float[Array, 
 
 
 def matrix_to_sixd(r: Float[Array, "*b 3 3"]) -> Float[Array, "*b 6"]:
-  """The 6-D vector of rotation matrices: their first two columns, concatenated."""
+  """The 6-D vector of rotation matrices: their first two columns, concatenated.
+
+  Example:
+    >>> matrix_to_sixd(jnp.eye(3)).tolist()
+    [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+  """
   return jnp.concatenate([r[..., :, 0], r[..., :, 1]], axis=-1)
 
 
 def axis_rotation(angle: Float[Array, "*b"], axis: str) -> Float[Array, "*b 3 3"]:
-  """Right-handed rotation by `angle` radians about the X, Y or Z axis."""
+  """Right-handed rotation by `angle` radians about the X, Y or Z axis.
+
+  Example:
+    >>> r = axis_rotation(jnp.array([jnp.pi / 2]), "Z")
+    >>> r.shape, ((r[0] @ jnp.array([1.0, 0.0, 0.0])).round(6) + 0.0).tolist()   # x -> y
+    ((1, 3, 3), [0.0, 1.0, 0.0])
+  """
   if axis not in AXES:
     raise ValueError(f"axis must be one of X, Y, Z, got {axis!r}")
   c, s = jnp.cos(angle), jnp.sin(angle)
@@ -68,6 +84,11 @@ def euler_to_matrix(degrees: Float[Array, "*b 3"], order: str) -> Float[Array, "
 
   Returns:
     [..., 3, 3] rotation matrices.
+
+  Example:
+    >>> r = euler_to_matrix(jnp.array([[0.0, 90.0, 0.0], [0.0, 0.0, 0.0]]), "ZXY")
+    >>> r.shape, ((r[0] @ jnp.array([0.0, 1.0, 0.0])).round(6) + 0.0).tolist()  # about X
+    ((2, 3, 3), [0.0, 0.0, 1.0])
   """
   if len(order) != 3 or set(order) != set(AXES):
     raise ValueError(f"order must be a permutation of 'XYZ', got {order!r}")
@@ -82,9 +103,14 @@ def euler_to_matrix(degrees: Float[Array, "*b 3"], order: str) -> Float[Array, "
 def geodesic_angle(r1: Float[Array, "*b 3 3"], r2: Float[Array, "*b 3 3"]) -> Float[Array, "*b"]:
   """Angle in radians of the relative rotation r1^T r2 (in [0, pi]).
 
-  Computed as atan2(|skew part|, trace part): accurate near 0 and pi, where
+  Computed as ``atan2(|skew part|, trace part)``: accurate near 0 and pi, where
   arccos((trace - 1) / 2) loses precision, and with a finite gradient at 0 for
   non-equal inputs.
+
+  Example:
+    >>> r = euler_to_matrix(jnp.array([30.0, 0.0, 0.0]), "ZXY")
+    >>> round(float(jnp.rad2deg(geodesic_angle(jnp.eye(3), r))), 3)
+    30.0
   """
   rel = jnp.swapaxes(r1, -1, -2) @ r2
   cos = (rel[..., 0, 0] + rel[..., 1, 1] + rel[..., 2, 2] - 1.0) / 2.0

@@ -31,6 +31,16 @@ def draw_strip(ax, positions: np.ndarray, parents: np.ndarray, *, mask: np.ndarr
 
   Returns:
     The number of figures drawn.
+
+  Example:
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = plt.subplots()
+    >>> pos = np.zeros((10, 3, 3)); pos[:, 1, 1] = 1.0; pos[:, 2, 2] = 0.5   # 10 frames
+    >>> draw_strip(ax, pos, np.array([-1, 0, 0]), frames=3), len(ax.lines)  # 2 bones each
+    (3, 6)
+    >>> plt.close(fig)
   """
   positions = np.asarray(positions, np.float64)
   if positions.ndim != 3 or positions.shape[-1] != 3:

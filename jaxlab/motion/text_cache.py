@@ -55,7 +55,15 @@ _MINILM: DescriptionEmbedder | None = None
 
 
 def minilm_embedder() -> DescriptionEmbedder:
-  """The process-wide MiniLM `DescriptionEmbedder` (MiniLM is loaded on the first call)."""
+  """The process-wide MiniLM `DescriptionEmbedder` (MiniLM is loaded on the first call).
+
+  Example:
+    >>> embed = minilm_embedder()  # doctest: +SKIP
+    >>> embed(["left hind limb, upper segment", "tail"]).shape  # doctest: +SKIP
+    (2, 384)
+    >>> minilm_embedder() is embed  # doctest: +SKIP
+    True
+  """
   global _MINILM
   if _MINILM is None:
     encoder = text.load_minilm()

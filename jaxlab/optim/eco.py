@@ -38,7 +38,7 @@ How ECO composes with optax (a jaxlab interpretation; the paper does not say):
     transform that leaves the updates bit-identical (`optax.scale(1.0)`)
     changes nothing and is accepted. The step raises no error itself: a host
     callback in it would keep the program out of JAX's persistent compilation
-    cache, and every run would compile it again (~10 s for a small LM on CPU).
+    cache, and every run would compile it again.
 
 Non-finite rule: an update whose gradients, learning rate, FP32 iterate W~,
 moments or landed weights are not all finite is skipped as a whole: params,
@@ -47,7 +47,8 @@ updates are zero, so a NaN never becomes a zero weight (FP8/INT4 encode NaN as
 0). `raise_on_nonfinite=True` raises instead (a debug flag). Static
 hyperparameters out of range raise a `ValueError` at construction.
 
-`injection` selects the variant (one module, the same update otherwise):
+`injection` selects the variant (one module, the same update otherwise)::
+
   "eco"   the paper's memory-free pullback (default);
   "none"  naive master-weight removal: W <- Q(W~), the residual is dropped;
   "exact" exact error feedback (stores e; an upper bound): W~ is formed from
@@ -407,12 +408,14 @@ def eco_adamw(learning_rate: ScalarOrSchedule, b1: Num = 0.9, b2: Num = 0.999,
               ) -> optax.GradientTransformationExtraArgs:
   """AdamW on low-precision parameters with ECO error injection.
 
-  Per leaf, with t = count + 1 and lr = learning_rate(count):
+  Per leaf, with t = count + 1 and lr = learning_rate(count)::
+
     m~ = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  d = sqrt(v/(1-b2^t) + eps_root) + eps
     W~ = W - lr (m~/(1-b1^t) / d + wd W)          (W = dequantized params, FP32)
     W' = Q(W~) (SR with the state key when `stochastic_rounding`), landed as
          Q_RTN(W + (W' - W)) by `apply_eco`;  e = W~ - W'
     m  = m~ + ((1 - lr wd)(1-b1^t)/lr)(1 - 1/b1) d e      ("eco"; 0 when lr = 0)
+
   With the identity quantizer (e = 0) this is `optax.adamw` exactly.
   At lr = 0 (e.g. the first warmup step) nothing is injected, since 1/lr is
   undefined (jaxlab interpretation). b1 = 0 is defined as the limit b1 -> 0:
@@ -522,11 +525,13 @@ def eco_sgdm(learning_rate: ScalarOrSchedule, momentum: Num = 0.9, *, quantizer:
              raise_on_nonfinite: bool = False) -> optax.GradientTransformationExtraArgs:
   """SGD with momentum on low-precision parameters with ECO error injection.
 
-  Per leaf, with lr = learning_rate(count):
+  Per leaf, with lr = learning_rate(count)::
+
     M~ = beta M + c g   (c = 1, optax.sgd's trace; c = 1-beta with `dampening`,
                          the paper's Alg. 2 -- the injection is the same)
     W~ = W - lr (M~ + wd W);  W' = Q(W~), landed by `apply_eco`;  e = W~ - W'
     M  = M~ + ((1 - lr wd)/lr)(1 - 1/beta) e              ("eco"; 0 when lr = 0)
+
   With the identity quantizer this is `optax.sgd(lr, momentum)` (plus decay).
   momentum = 0 is plain SGD, defined as the limit beta -> 0: `mu` holds the
   carried residual -((1 - lr wd)/lr) e, so M~ = g + mu and the residual is fed

@@ -10,7 +10,8 @@ granularity or magnitude. This storage choice is a jaxlab interpretation (the
 paper keeps FP8 tensors; it does not say how an optimizer library applies
 updates to them).
 
-Formats (`Quantizer.name`):
+Formats (`Quantizer.name`)::
+
   "f32"       identity: float32 bits in uint32 (4 B/elem); used for 1-D leaves.
   "bf16"      bfloat16 bits in uint16 (2 B/elem); RNE or exact SR.
   "fp8_e4m3"  E4M3 bytes (1 B/elem) + float32 scale amax/448 per tensor or per
@@ -19,9 +20,17 @@ Formats (`Quantizer.name`):
   "int4"      packed two's-complement nibbles (0.5 B/elem) + a float32 absmax/7
               scale per group of `block_size` along axis 0, via `jaxlab.formats`.
   "grid"      a uniform grid k * step with int32 codes k (the convex toy).
+
 Stochastic rounding takes an explicit key (exact SR: `jaxlab.formats` SR for
 fp8/int4, the AQT random-low-bits trick for bf16, Bernoulli(frac) for grid).
 Scales are always round-to-nearest functions of the new tensor's amax.
+
+Non-finite weights stay non-finite, never a silent zero or a finite value:
+"f32" and "bf16" keep NaN and ±Inf as such; "fp8_e4m3" and "int4" follow
+`jaxlab.formats` (a block holding a NaN or an Inf gets a NaN scale, so all of it
+dequantizes to NaN; finite overflow saturates); "grid" stores NaN and ±Inf as
+the reserved code -2**31 (`GRID_NAN_CODE`, never a rounded value: those saturate
+at ±(2**31 - 128)), which dequantizes to NaN.
 """
 
 import dataclasses
@@ -144,7 +153,8 @@ class Quantizer:
     if self.name == "bf16":
       return jax.lax.bitcast_convert_type(p.codes, jnp.bfloat16).astype(jnp.float32)
     if self.name == "grid":
-      return p.codes.astype(jnp.float32) * jnp.float32(self.step)
+      return jnp.where(p.codes == GRID_NAN_CODE, jnp.nan,
+                       p.codes.astype(jnp.float32) * jnp.float32(self.step))
     scales = jax.lax.bitcast_convert_type(p.scales, jnp.float32)
     qa = formats.QArray(p.codes, scales, jnp.ones((), jnp.float32), self._format(), p.shape, 0)
     return formats.dequantize(qa)
@@ -182,22 +192,29 @@ def _bf16_bits(x: Array, key: Array | None) -> Array:
   noise = jax.random.bits(key, x.shape, jnp.uint32) >> 16
   finite = jnp.isfinite(x)
   rounded = jnp.where(finite, (bits + noise) >> 16, bits >> 16)
+  # A NaN whose payload sits in the low 16 bits would truncate to ±Inf: quiet NaN instead.
+  rounded = jnp.where(jnp.isnan(x), jnp.uint32(0x7FC0), rounded)
   return rounded.astype(jnp.uint16)
 
 
-# Largest float32 below 2**31: grid codes saturate here (int32 has no Inf).
+# Largest float32 below 2**31: finite grid codes saturate here (int32 has no Inf).
 _GRID_CODE_MAX = 2147483520.0
+# The grid's NaN: int32's minimum, below every saturated code.
+GRID_NAN_CODE = -(2 ** 31)
 
 
 def _grid_codes(x: Array, step: float, key: Array | None) -> Array:
-  """Grid codes k = round(x / step); the formats rule: NaN -> 0, ±Inf saturates."""
-  y = jnp.where(jnp.isnan(x), 0.0, x) / jnp.float32(step)
+  """Grid codes k = round(x / step); NaN and ±Inf -> `GRID_NAN_CODE`, finite overflow
+  saturates."""
+  finite = jnp.isfinite(x)
+  y = jnp.where(finite, x, 0.0) / jnp.float32(step)
   if key is None:
     k = jnp.round(y)
   else:
     f = jnp.floor(y)
     k = f + (jax.random.uniform(key, y.shape) < (y - f)).astype(jnp.float32)
-  return jnp.clip(k, -_GRID_CODE_MAX, _GRID_CODE_MAX).astype(jnp.int32)
+  k = jnp.clip(k, -_GRID_CODE_MAX, _GRID_CODE_MAX).astype(jnp.int32)
+  return jnp.where(finite, k, jnp.int32(GRID_NAN_CODE))
 
 
 def is_qparam(x: Any) -> bool:
@@ -298,5 +315,6 @@ def bits_delta(new: QParam, old: QParam) -> QParam:
   return QParam(new.codes - old.codes, scales, new.quantizer, new.shape)
 
 
-__all__ = ["F32", "QParam", "QUANTIZERS", "Quantizer", "bits_delta", "check_qparams",
-           "dequantize_params", "fake_quant_params", "is_qparam", "quantize_params", "static_bytes"]
+__all__ = ["F32", "GRID_NAN_CODE", "QParam", "QUANTIZERS", "Quantizer", "bits_delta",
+           "check_qparams", "dequantize_params", "fake_quant_params", "is_qparam",
+           "quantize_params", "static_bytes"]

@@ -9,6 +9,8 @@
 * `gaussian`: log-space Gaussian interval masses (`log_ndtr`).
 * `training`: Adam maximum likelihood with the VT soft gate's alpha annealing.
 * `datasets`: the 2-D / 3-D toys and sklearn's tabular sets, split 70/15/15, standardised.
+* `evaluation`: the reproduction's pipeline (train and score every model over seeds; tables,
+  plots).
 
 Example::
 
@@ -25,10 +27,10 @@ Example::
   # log f - lz_hi[-1] <= log p <= log f - lz_lo[-1]
 """
 
-from jaxlab.pc import bounds, circuit, datasets, gaussian, models, training, voronoi
+from jaxlab.pc import bounds, circuit, datasets, evaluation, gaussian, models, training, voronoi
 from jaxlab.pc.bounds import anytime_log_z_bounds
 from jaxlab.pc.circuit import Circuit, CircuitConfig
 from jaxlab.pc.models import PCModel, init_params
 
 __all__ = ["Circuit", "CircuitConfig", "PCModel", "anytime_log_z_bounds", "bounds", "circuit",
-           "datasets", "gaussian", "init_params", "models", "training", "voronoi"]
+           "datasets", "evaluation", "gaussian", "init_params", "models", "training", "voronoi"]

@@ -22,7 +22,7 @@ this bisection from Omega, whose union of non-excluded boxes is itself an outer 
 so no LP solver is needed; `domain_halfwidth` (Omega = [-h, h]^D) and `capacity` are
 knobs. Everything is in log space so bounds stay finite in high dimension.
 
-Likelihood bracket (implemented as stated in the spec, whatever the paper's labels):
+Likelihood bracket (as the bounds imply, whatever the paper's labels):
 log f(x) - log Z+ <= log p(x) <= log f(x) - log Z-.
 """
 
@@ -192,8 +192,8 @@ def strip_log_z_2d(mass_fn: MassFn, log_pi: Float[Array, "k"], centroids: Float[
   cancels to first order over the strip, so the error is O(h^2) in total (plus the cells'
   corners). Nothing here uses the box classification or the bisection of the bounds.
 
-  The strips cover |x_1| <= L only: the true Z lies in [Z_strips, Z_strips + tail] with
-  tail = sum_k pi_k p_k(|x_1| > L) (each p_k is normalised), returned alongside.
+  The strips cover abs(x_1) <= L only: the true Z lies in [Z_strips, Z_strips + tail] with
+  tail = sum_k pi_k p_k(abs(x_1) > L) (each p_k is normalised), returned alongside.
 
   Args:
     mass_fn: `(lo [M, 2], hi [M, 2]) -> [M, K]` box log masses of the children (infinite

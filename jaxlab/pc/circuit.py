@@ -35,7 +35,7 @@ intervals between midpoints of the sorted 1-D centroids,
 normalised exactly by Z. Because every cell of a 1-D factor is an interval, the gates of
 a product of such leaves form a Cartesian (box) partition aligned with the product
 split, which is the HFV condition (Thm 3.5): the circuit stays exactly normalisable in
-O(|C| K). The centroid of component k is `mean + centroid_offset` (offset initialised at
+O(``|C|`` K). The centroid of component k is `mean + centroid_offset` (offset initialised at
 0, so each component starts owning the cell around its own mean).
 """
 

@@ -124,7 +124,7 @@ def init_params(model: PCModel, key: Array, x: Float[Array, "n d"], *,
     data_init: whether leaf means start at data coordinates (else N(0, 1)).
 
   Returns:
-    The parameter tree (`{"params": ...}`).
+    The parameter tree (``{"params": ...}``).
   """
   if x.ndim != 2 or x.shape[1] != model.circuit.num_vars:
     raise ValueError(f"x must be [N, {model.circuit.num_vars}], got {x.shape}")

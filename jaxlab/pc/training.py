@@ -1,4 +1,4 @@
-"""Maximum-likelihood training of a `PCModel` (Adam, minibatches, one `lax.scan`).
+"""Maximum-likelihood training of a `PCModel` (minibatches, one `lax.scan`).
 
 Objective: minimise -mean log f(x). For the base and HFV models f is normalised, so this
 is exact maximum likelihood. For the VT root f is the soft-gated output, whose integral is
@@ -18,14 +18,14 @@ from jaxtyping import Array, Float
 
 from jaxlab.pc.models import PCModel
 
-# Parameters frozen by default: the HFV leaves' 1-D cell offsets (see `make_optimizer`).
+# Parameters frozen by default: the HFV leaves' 1-D cell offsets (see `with_frozen`).
 FROZEN_BY_DEFAULT = ("centroid_offset",)
 MAX_BAD_STEPS = 10
 
 
-def make_optimizer(learning_rate: float | optax.Schedule, params: Any, *,
-                   frozen: tuple[str, ...] = FROZEN_BY_DEFAULT) -> optax.GradientTransformation:
-  """Adam on every parameter except those whose name is in `frozen` (kept fixed).
+def with_frozen(tx: optax.GradientTransformation, params: Any, *,
+                frozen: tuple[str, ...] = FROZEN_BY_DEFAULT) -> optax.GradientTransformation:
+  """`tx` on every parameter except those whose name is in `frozen` (kept fixed).
 
   jaxlab interpretation: with hard 1-D gates the data term is piecewise constant in the
   HFV cell boundaries, so their gradient only comes from the normaliser, which pulls the
@@ -33,27 +33,31 @@ def make_optimizer(learning_rate: float | optax.Schedule, params: Any, *,
   (around each component's initial mean). Pass `frozen=()` to train them.
 
   Args:
-    learning_rate: Adam's step size (> 0) or an optax schedule.
+    tx: the optimizer of the trained parameters (`jaxlab.train.optimizer`).
     params: the parameter tree (to label).
     frozen: parameter names to keep fixed.
 
   Returns:
-    An optax transformation.
+    An optax transformation that skips a step whose gradient is not finite.
 
-  Example::
-
-    tx = make_optimizer(0.01, params)
+  Example:
+    >>> import jax.numpy as jnp, ml_collections
+    >>> from jaxlab.train import optimizer
+    >>> params = {"leaf_mean": jnp.zeros(2), "centroid_offset": jnp.zeros(2)}
+    >>> opt = ml_collections.ConfigDict(dict(learning_rate=0.01, schedule="constant"))
+    >>> tx = with_frozen(optimizer(opt, num_steps=10), params)
+    >>> grads = {"leaf_mean": jnp.ones(2), "centroid_offset": jnp.ones(2)}
+    >>> updates, _ = tx.update(grads, tx.init(params), params)
+    >>> [round(float(u[0]), 4) for u in (updates["leaf_mean"], updates["centroid_offset"])]
+    [-0.01, 0.0]
   """
-  if not callable(learning_rate) and not learning_rate > 0:
-    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
 
   def label(path, _):
     names = {getattr(k, "key", None) for k in path}
     return "frozen" if names & set(frozen) else "train"
 
   labels = jax.tree_util.tree_map_with_path(label, params)
-  inner = optax.multi_transform({"train": optax.adam(learning_rate),
-                                 "frozen": optax.set_to_zero()}, labels)
+  inner = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
   # Non-finite rule: a step whose gradient has a NaN/Inf is skipped (params unchanged) and
   # counted (`fit` returns the count); after `MAX_BAD_STEPS` consecutive ones the update
   # is applied anyway, so a persistent NaN shows up in the parameters instead of hiding.
@@ -75,7 +79,7 @@ def fit(model: PCModel, params: Any, x: Float[Array, "n d"], key: Array, *,
         tx: optax.GradientTransformation, num_steps: int, batch_size: int,
         alpha_start: float = 1.0, alpha_end: float = 50.0
         ) -> tuple[Any, Float[Array, "s"], Array]:
-  """Trains `params` for `num_steps` Adam steps on random minibatches of `x`.
+  """Trains `params` for `num_steps` steps of `tx` on random minibatches of `x`.
 
   Jit- and vmap-compatible (the experiment vmaps it over seeds).
 
@@ -84,7 +88,7 @@ def fit(model: PCModel, params: Any, x: Float[Array, "n d"], key: Array, *,
     params: initial parameters (`models.init_params`).
     x: training points [N, D].
     key: PRNG key for the minibatches.
-    tx: the optimizer (`make_optimizer`).
+    tx: the optimizer (`with_frozen`).
     num_steps: training steps (>= 1).
     batch_size: points per step (with replacement).
     alpha_start: the VT soft gate's alpha at the first step (ignored by mixture roots).
@@ -93,7 +97,7 @@ def fit(model: PCModel, params: Any, x: Float[Array, "n d"], key: Array, *,
   Returns:
     (trained params, [num_steps] training losses = -mean log f of each batch, the number
     of steps skipped for a non-finite gradient (0 unless `tx` counts them; see
-    `make_optimizer`)).
+    `with_frozen`)).
   """
   if num_steps < 1 or batch_size < 1:
     raise ValueError(f"num_steps and batch_size must be >= 1, got {num_steps}, {batch_size}")

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab import validation
+
 
 def squared_distances(x: Float[Array, "b d"], centroids: Float[Array, "k d"]) -> Float[Array, "b k"]:
   """||x_b - c_k||^2 for every point and centroid.
@@ -41,8 +43,11 @@ def hard_log_gates(x: Float[Array, "b d"], centroids: Float[Array, "k d"]) -> Fl
 
     hard_log_gates(jnp.array([[0.9, 0.0]]), jnp.array([[0.0, 0.0], [1.0, 0.0]]))  # [[-inf, 0]]
   """
-  nearest = jnp.argmin(squared_distances(x, centroids), axis=-1)
-  return jnp.where(jax.nn.one_hot(nearest, centroids.shape[0], dtype=bool), 0.0, -jnp.inf)
+  d2 = squared_distances(x, centroids)
+  gates = jnp.where(jax.nn.one_hot(jnp.argmin(d2, axis=-1), centroids.shape[0], dtype=bool),
+                    0.0, -jnp.inf)
+  # A point with a NaN distance has no cell (argmin would name one): its gates are NaN.
+  return jnp.where(jnp.all(jnp.isfinite(d2), axis=-1, keepdims=True), gates, jnp.nan)
 
 
 def soft_log_gates(x: Float[Array, "b d"], centroids: Float[Array, "k d"],
@@ -183,12 +188,17 @@ def kmeans(x: Float[Array, "n d"], num_clusters: int, key: Array, num_iters: int
   `num_clusters` give repeated centroids (no cluster means can all differ); the cell of
   a repeat is empty (`empty_cells`), and the gates and bounds treat it so.
 
+  Raises:
+    ValueError: bad `num_clusters`, or a concrete `x` holding NaN or +-inf. Traced, one
+      non-finite point gives every centroid NaN (never a tessellation built around it).
+
   Example::
 
     c = kmeans(jnp.array([[0.0], [0.1], [5.0], [5.1]]), 2, jax.random.key(0))  # ~{0.05, 5.05}
   """
   if num_clusters < 1 or num_clusters > x.shape[0]:
     raise ValueError(f"num_clusters must be in [1, {x.shape[0]}], got {num_clusters}")
+  validation.check_finite("x", x)
   keys = jax.random.split(key, num_clusters)
   first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
   init = jnp.zeros((num_clusters, x.shape[1]), x.dtype).at[0].set(first)
@@ -207,12 +217,24 @@ def kmeans(x: Float[Array, "n d"], num_clusters: int, key: Array, num_iters: int
     mean = (onehot.T @ x) / jnp.maximum(count, 1.0)[:, None]
     return jnp.where(count[:, None] > 0, mean, c), None
 
-  return jax.lax.scan(step, init, None, length=num_iters)[0]
+  centroids = jax.lax.scan(step, init, None, length=num_iters)[0]
+  return jnp.where(jnp.all(jnp.isfinite(x)), centroids, jnp.nan)
 
 
 def nearest_cell(x: Float[Array, "b d"], centroids: Float[Array, "k d"]) -> Int[Array, "b"]:
-  """argmin_k ||x - c_k||^2 (the hard gate's cell index)."""
-  return jnp.argmin(squared_distances(x, centroids), axis=-1)
+  """argmin_k ||x - c_k||^2 (the hard gate's cell index).
+
+  A row whose distances are not all finite (a NaN or Inf in the point or a centroid) gets
+  -1, no cell: an argmin over NaN would name cell 0 or the NaN's cell.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> nearest_cell(jnp.array([[0.2], [0.9], [jnp.nan]]), jnp.array([[0.0], [1.0]])).tolist()
+    [0, 1, -1]
+  """
+  d2 = squared_distances(x, centroids)
+  cell = jnp.argmin(d2, axis=-1)
+  return jnp.where(jnp.all(jnp.isfinite(d2), axis=-1), cell, -1)
 
 
 __all__ = ["classify_boxes", "empty_cells", "gate_gap", "halfspaces", "hard_log_gates",

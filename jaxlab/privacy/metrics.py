@@ -29,7 +29,16 @@ def _finite(name: str, x: np.ndarray) -> np.ndarray:
 
 def snippet_auc(scores: Float[np.ndarray, "..."], labels: Bool[np.ndarray, "..."]
                 | Int[np.ndarray, "..."]) -> float:
-  """ROC AUC of snippet scores (any shape) against binary snippet labels of the same shape."""
+  """ROC AUC of snippet scores (any shape) against binary snippet labels of the same shape.
+
+  Example:
+    >>> import numpy as np
+    >>> labels = np.array([[0, 1, 0], [1, 0, 0]])
+    >>> snippet_auc(np.array([[0.1, 0.9, 0.2], [0.8, 0.3, 0.4]]), labels)
+    1.0
+    >>> snippet_auc(np.array([[0.1, 0.3, 0.2], [0.8, 0.9, 0.4]]), labels)
+    0.625
+  """
   scores = _finite("scores", scores)
   labels = np.asarray(labels)
   if scores.shape != labels.shape:
@@ -49,7 +58,7 @@ def face_probe_accuracy(features: Float[np.ndarray, "n d"], faces: Bool[np.ndarr
   Args:
     features: one row per snippet (e.g. after the first privacy layer).
     faces: face presence per row.
-    folds: stratified folds (the spec: 5).
+    folds: stratified folds (jaxlab interpretation: 5).
     c: the SVM's regularisation C.
     seed: fold shuffling seed.
 
@@ -77,7 +86,12 @@ def face_probe_accuracy(features: Float[np.ndarray, "n d"], faces: Bool[np.ndarr
 
 
 def chance_rate(faces: Bool[np.ndarray, " n"] | Int[np.ndarray, " n"]) -> float:
-  """The accuracy of always guessing the majority class (a probe's chance level)."""
+  """The accuracy of always guessing the majority class (a probe's chance level).
+
+  Example:
+    >>> chance_rate(np.array([True, False, False, False]))
+    0.75
+  """
   y = np.asarray(faces).astype(int)
   return float(max(y.mean(), 1.0 - y.mean()))
 

@@ -3,7 +3,7 @@
 Weak supervision: only the video label is known. Each snippet gets an anomaly score in
 (0, 1); a video's score is the mean of its top-k snippet scores, trained with binary
 cross-entropy against the video label (RTFM's top-k MIL, without its feature-magnitude
-term: jaxlab interpretation, spec §2(d) "light RTFM").
+term: jaxlab interpretation, a "light RTFM").
 
 `PrivacyVAD` places G-OPL right after the backbone feature (early suppression, as the paper
 recommends) and OPL after it, either on the same features (`opl_placement="input"`) or on
@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import linen as nn
 from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Int
@@ -119,7 +118,3 @@ class PrivacyVAD(nn.Module):
     logits = nn.Dense(1, name="score", **kw)(h)[..., 0]
     return VADOutput(logits, private, q_g, q_o)
 
-
-def make_optimizer(learning_rate: optax.ScalarOrSchedule) -> optax.GradientTransformation:
-  """Adam, as RTFM trains its head (a separate function so tests can observe the rate)."""
-  return optax.adam(learning_rate)

@@ -1,6 +1,6 @@
 """A synthetic multiple-instance video world in which faces are correlated with anomalies.
 
-Spec §2(d): every video has T snippets of d-dim "backbone" features
+jaxlab interpretation: every video has T snippets of d-dim "backbone" features
 
   f = B_task z_task + 1[face] B_face z_face + B_nuis z_nuis + noise * eps,
 
@@ -8,7 +8,7 @@ with B_task, B_face, B_nuis disjoint blocks of one random orthonormal basis (siz
 task_dim, face_dim, nuisance_dim). Abnormal videos hold one run of `anomaly_len` consecutive
 anomalous snippets whose z_task is shifted by `anomaly_shift` along a fixed unit direction.
 A face appears in `face_rate` of the snippets, coupled with "anomalous" by
-`face_anomaly_corr` (the spec's "correlated 0.3": privacy and utility entangled), read as
+`face_anomaly_corr` (jaxlab's "correlated 0.3": privacy and utility entangled), read as
 `face_coupling` says (`face_probabilities`). The face-crop embedding is
 f_face = B_face z_face + crop_noise * eps'. Only video labels are used for training; snippet
 labels and face flags are ground truth for evaluation.
@@ -16,7 +16,7 @@ labels and face flags are ground truth for evaluation.
 jaxlab interpretations (config knobs): z_face = face_mean * m + N(0, I) with a fixed unit m
 (a face must shift the feature's mean, or a linear face probe could not see it at all);
 the detector that gates L_face is perfect (face flags = detections); the coupling's
-reading, `face_coupling` (the paper states none: the correlation is the spec's own design).
+reading, `face_coupling` (the paper states none: the correlation is jaxlab's own design).
 
 Example:
   >>> w = make_world(WorldConfig(num_train=8, num_test=4), seed=0)
@@ -35,7 +35,7 @@ FACE_COUPLINGS = ("phi", "risk_difference")
 
 @dataclasses.dataclass(frozen=True)
 class WorldConfig:
-  """The synthetic world (spec §2(d) defaults).
+  """The synthetic world (defaults: jaxlab interpretation).
 
   Attributes:
     num_train: training videos.
@@ -98,8 +98,10 @@ def face_probabilities(cfg: WorldConfig) -> tuple[float, float]:
 
   With p_a the expected anomalous-snippet rate and p_f = face_rate, both readings keep
   P(face) = p_f and set the coupling c = `face_anomaly_corr`:
-    "phi": phi = (P(f, a) - p_f p_a) / sqrt(p_f (1 - p_f) p_a (1 - p_a)) = c;
-    "risk_difference": P(f | a) - P(f | not a) = c.
+
+  * "phi": ``phi = (P(f, a) - p_f p_a) / sqrt(p_f (1 - p_f) p_a (1 - p_a)) = c``;
+  * "risk_difference": ``P(f | a) - P(f | not a) = c``.
+
   Anomalies are rare (p_a ~ 0.09 with the defaults), so a phi of 0.3 needs P(f | a) ~ 0.99
   (a face nearly always comes with an anomaly), while a risk difference of 0.3 gives
   P(f | a) ~ 0.77 vs 0.47 (phi ~ 0.17).
@@ -160,7 +162,16 @@ def _videos(rng: np.random.Generator, n: int, cfg: WorldConfig, bases, direction
 
 
 def make_world(cfg: WorldConfig, seed: int) -> World:
-  """One seeded draw of the world (train and test videos share the bases)."""
+  """One seeded draw of the world (train and test videos share the bases).
+
+  Example:
+    >>> cfg = WorldConfig(num_train=8, num_test=4, num_snippets=16, feat_dim=32)
+    >>> w = make_world(cfg, seed=0)
+    >>> w.train.features.shape, w.test.faces.shape, w.face_basis.shape, w.task_basis.shape
+    ((8, 16, 32), (4, 16), (32, 4), (32, 8))
+    >>> np.allclose(w.face_basis.T @ w.task_basis, 0.0, atol=1e-6)   # disjoint subspaces
+    True
+  """
   dims = (cfg.task_dim, cfg.face_dim, cfg.nuisance_dim)
   if min(dims) < 1 or sum(dims) > cfg.feat_dim:
     raise ValueError(f"task/face/nuisance dims {dims} must be >= 1 and sum to <= feat_dim "

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 from jax import Array
 from jaxtyping import Float
@@ -56,8 +57,10 @@ from jaxlab.quant.fake_quant import (
 )
 
 ACT_QUANTIZERS = ("absmax", "lac")
+# Over what a named activation format's tensor scale is taken (see `QuantSpec.act_scale`).
+ACT_SCALES = ("tensor", "token")
 _OVERRIDABLE = ("w_bits", "a_bits", "group_size", "w_group_size", "a_group_size", "fmt",
-                "w_fmt", "a_fmt", "act_quantizer", "absmax_m", "lac_init")
+                "w_fmt", "a_fmt", "act_quantizer", "absmax_m", "lac_init", "act_scale")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +74,11 @@ class QuantSpec:
   ...), which fixes element bits and block size: then that operand's bits must
   be the format's element bits (or >= 16 = full precision) and its group size
   is not used. Example: `QuantSpec(w_fmt="nvfp4", a_fmt="int4_g32")`.
+
+  `act_scale` says over what a named activation format with a tensor scale (NVFP4,
+  MixFP4) takes it: "tensor" (default), the whole input of a call, so a row's
+  quantization depends on the other rows of its batch; "token", each token's K values
+  alone, so it does not. The grid families have group scales only: both readings agree.
   """
   w_bits: int = 4
   a_bits: int = 4
@@ -83,6 +91,7 @@ class QuantSpec:
   act_quantizer: str = "absmax"
   absmax_m: str = "paper"
   lac_init: float = 0.98
+  act_scale: str = "tensor"
 
   def __post_init__(self):
     resolve_format(self.fmt, "fmt")
@@ -104,6 +113,8 @@ class QuantSpec:
       elif bits != (f := resolve_format(fmt)).element_bits:
         raise ValueError(f"{name}={bits} contradicts format {fmt!r} ({f.element_bits}-bit "
                          f"elements); use {name}={f.element_bits} or >= {FULL_PRECISION_BITS}")
+    if self.act_scale not in ACT_SCALES:
+      raise ValueError(f"act_scale must be one of {ACT_SCALES}, got {self.act_scale!r}")
     if self.act_quantizer not in ACT_QUANTIZERS:
       raise ValueError(f"act_quantizer must be one of {ACT_QUANTIZERS}, got {self.act_quantizer!r}")
     if self.act_quantizer == "lac" and not is_grid_family(self.act_fmt):
@@ -158,7 +169,7 @@ class QuantPolicy(QuantSpec):
   precision), group_size (G along K; None = per-channel weights / per-token
   activations), w_group_size / a_group_size ("same" = group_size), fmt / w_fmt
   / a_fmt (grid family "int" or "fp4", or a `jaxlab.formats` preset such as
-  "nvfp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init):
+  "nvfp4"), act_quantizer ("absmax" or "lac"), absmax_m, lac_init, act_scale):
 
   Attributes:
     overrides: {regex: {field: value}}; a module whose "/"-joined path matches
@@ -355,6 +366,9 @@ class QDense(nn.Module):
       if is_grid_family(afmt):
         x = fake_quant(x, bits=spec.a_bits, group_size=ag, fmt=afmt, absmax_m=spec.absmax_m,
                        clip_logit=logit)
+      elif spec.act_scale == "token":  # each token a [1, K] tensor of its own
+        rows = x.reshape(-1, 1, k)
+        x = jax.vmap(lambda r: fake_quant(r, bits=spec.a_bits, fmt=afmt))(rows).reshape(x.shape)
       else:
         x = fake_quant(x, bits=spec.a_bits, fmt=afmt)
     if spec.w_bits < FULL_PRECISION_BITS:

@@ -127,6 +127,20 @@ def init_arm(arm: ArmConfig, cfg: sasrec.SASRecConfig, backbone: Any, key: Array
     backbone: the frozen backbone's params.
     key: PRNG key.
     embed_dim: width of the request / item-text embeddings (384 for MiniLM).
+
+  Returns:
+    The arm's parameter dict ({} for "frozen").
+
+  Example:
+    >>> cfg = sasrec.SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
+    >>> items = jnp.array([[0, 0, 3, 4, 5, 6]])
+    >>> backbone = sasrec.SASRec(cfg).init(jax.random.key(0), items)["params"]
+    >>> params = init_arm(ArmConfig("cramer", scope="wo"), cfg, backbone, jax.random.key(1),
+    ...                   embed_dim=5)
+    >>> params["gen"]["proj"]["kernel"].shape   # e_q -> one logit per W_O row and column
+    (5, 32)
+    >>> init_arm(ArmConfig("frozen"), cfg, backbone, jax.random.key(1), embed_dim=5)
+    {}
   """
   d, q = cfg.d_model, jnp.zeros((1, embed_dim))
   h = jnp.zeros((1, d))
@@ -163,6 +177,19 @@ def arm_logits(arm: ArmConfig, cfg: sasrec.SASRecConfig, params: dict, backbone:
 
   Returns:
     (logits [b, num_items + 1], extra loss: λ_KL times the mean KL for CRAMER, else 0).
+
+  Example:
+    >>> cfg = sasrec.SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
+    >>> items = jnp.array([[0, 0, 3, 4, 5, 6]])
+    >>> backbone = sasrec.SASRec(cfg).init(jax.random.key(0), items)["params"]
+    >>> batch = dict(history=items, request=jnp.ones((1, 5)))
+    >>> frozen, _ = arm_logits(ArmConfig("frozen"), cfg, {}, backbone, batch,
+    ...                        jnp.ones((21, 5)))
+    >>> concat = ArmConfig("concat", hidden=4)
+    >>> params = init_arm(concat, cfg, backbone, jax.random.key(1), embed_dim=5)
+    >>> logits, extra = arm_logits(concat, cfg, params, backbone, batch, jnp.ones((21, 5)))
+    >>> logits.shape, float(extra), bool(jnp.allclose(logits, frozen))   # starts at the backbone
+    ((1, 21), 0.0, True)
   """
   model = sasrec.SASRec(cfg)
   hist, q = batch["history"], batch["request"]

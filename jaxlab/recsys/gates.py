@@ -45,6 +45,10 @@ def keep_count(num: int, rho: ArrayLike) -> Array:
 
   Returns:
     int32 scalar k in [1, d].
+
+  Example:
+    >>> int(keep_count(8, 0.25)), int(keep_count(10, 0.5)), int(keep_count(3, 0.9))
+    (6, 5, 1)
   """
   if isinstance(rho, (int, float)) and not 0.0 <= rho < 1.0:
     raise ValueError(f"rho must lie in [0, 1), got {rho}")
@@ -69,6 +73,11 @@ def top_k_mask(logits: Float[Array, "b d"], k: ArrayLike,
 
   Returns:
     float32 {0, 1} mask with exactly k ones per row.
+
+  Example:
+    >>> z = jnp.array([[0.3, -1.0, 2.0, 0.1]])
+    >>> top_k_mask(z, 2)          # inference: the top 2 of z (a key adds Gumbel noise)
+    Array([[1., 0., 1., 0.]], dtype=float32)
   """
   if logits.ndim != 2:
     raise ValueError(f"logits must be [batch, d], got {logits.shape}")
@@ -120,6 +129,15 @@ def straight_through(hard: Float[Array, "b d"], logits: Float[Array, "b d"],
 
   `hard + (v - stop_gradient(v))`: the bracket is exactly 0 in the forward pass, so the
   mask stays binary (adding and subtracting v would round 1 + v - v away from 1).
+
+  Example:
+    >>> z = jnp.array([[0.3, -1.0, 2.0, 0.1]])
+    >>> hard = jnp.array([[1.0, 0.0, 1.0, 0.0]])           # top_k_mask(z, 2)
+    >>> straight_through(hard, z, 0.5)                     # forward: the hard mask
+    Array([[1., 0., 1., 0.]], dtype=float32)
+    >>> g = jax.grad(lambda z: (straight_through(hard, z, 0.5) * jnp.arange(4.0)).sum())(z)
+    >>> bool((g != 0).all())                               # backward: softmax's, every logit
+    True
   """
   if hard.shape != logits.shape:
     raise ValueError(f"hard {hard.shape} and logits {logits.shape} disagree")
@@ -136,6 +154,13 @@ def temperature(step: ArrayLike, num_steps: int, start: float = 0.7, end: float 
     num_steps: total steps.
     start, end: τ at the first and last step (> 0).
     schedule: "cosine" (the paper's best), "linear" or "exponential".
+
+  Returns:
+    The float32 scalar τ.
+
+  Example:
+    >>> [round(float(temperature(s, 11)), 3) for s in (0, 5, 10)]
+    [0.7, 0.5, 0.3]
   """
   if schedule not in TAU_SCHEDULES:
     raise ValueError(f"tau schedule must be one of {TAU_SCHEDULES}, got {schedule!r}")
@@ -158,6 +183,11 @@ def bernoulli_kl(logits: Float[Array, "b d"], prior: ArrayLike) -> Float[Array, 
 
   Returns:
     The mean KL per row (nats per gate).
+
+  Example:
+    >>> z = jnp.array([[0.0, 0.0, 0.0, 0.0], [5.0, 5.0, 5.0, 5.0]])
+    >>> [round(x, 3) for x in bernoulli_kl(z, 0.5).tolist()]   # sigma(0) = 0.5: the prior
+    [0.0, 0.653]
   """
   z = logits.astype(jnp.float32)
   p0 = jnp.clip(jnp.asarray(prior, jnp.float32), 1e-6, 1.0 - 1e-6)

@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from jaxlab import validation
+
 GATE_SCOPES = ("wo", "ffn", "ffn_wo")
 # Logit given to the padding id so that it is never predicted (finite: no inf * 0 NaN).
 PAD_LOGIT = -1e9
@@ -92,6 +94,11 @@ def gate_layout(config: SASRecConfig, scope: str = "ffn_wo") -> tuple[tuple[str,
 
   Returns:
     The layout; the total size is d = Σ_l (α_l + β_l) of the spec.
+
+  Example:
+    >>> cfg = SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
+    >>> gate_layout(cfg, "wo")
+    (('l0/wo/row', 8), ('l0/wo/col', 8), ('l1/wo/row', 8), ('l1/wo/col', 8))
   """
   if scope not in GATE_SCOPES:
     raise ValueError(f"scope must be one of {GATE_SCOPES}, got {scope!r}")
@@ -107,13 +114,25 @@ def gate_layout(config: SASRecConfig, scope: str = "ffn_wo") -> tuple[tuple[str,
 
 
 def num_gates(config: SASRecConfig, scope: str = "ffn_wo") -> int:
-  """d = Σ_l (α_l + β_l): the length of the flat gate vector of `scope`."""
+  """d = Σ_l (α_l + β_l): the length of the flat gate vector of `scope`.
+
+  Example:
+    >>> cfg = SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
+    >>> num_gates(cfg, "wo"), num_gates(cfg, "ffn"), num_gates(cfg)   # 2 layers
+    (32, 96, 128)
+  """
   return sum(size for _, size in gate_layout(config, scope))
 
 
 def split_gates(gates: Float[Array, "b d"],
                 layout: tuple[tuple[str, int], ...]) -> dict[str, Float[Array, "b _"]]:
-  """Cuts a flat gate vector [b, d] into the named pieces of `layout`."""
+  """Cuts a flat gate vector [b, d] into the named pieces of `layout`.
+
+  Example:
+    >>> pieces = split_gates(jnp.arange(10.0)[None], (("l0/wo/row", 4), ("l0/wo/col", 6)))
+    >>> pieces["l0/wo/row"].tolist(), pieces["l0/wo/col"].shape
+    ([[0.0, 1.0, 2.0, 3.0]], (1, 6))
+  """
   total = sum(size for _, size in layout)
   if gates.ndim != 2 or gates.shape[-1] != total:
     raise ValueError(f"gates must be [batch, {total}] for this layout, got {gates.shape}")
@@ -183,12 +202,14 @@ class SASRec(nn.Module):
   """SASRec encoder: left-padded item ids [b, t] -> hidden states [b, t, d].
 
   `__call__(items, gates=None, last_token=None, deterministic=True)`:
-    items: int [b, t], 0 = padding, t <= max_len.
-    gates: None, or a dict from `split_gates` ([b, size] per name; missing names are
-      ungated).
-    last_token: None, or [b, d] input embeddings that replace the last position's item
-      embedding (the "request as a token" fine-tuning baseline); that position is then
-      always attended.
+
+  * items: int [b, t], 0 = padding, t <= max_len.
+  * gates: None, or a dict from `split_gates` ([b, size] per name; missing names are
+    ungated).
+  * last_token: None, or [b, d] input embeddings that replace the last position's item
+    embedding (the "request as a token" fine-tuning baseline); that position is then
+    always attended.
+
   `scores(h)`: [..., d] -> [..., num_items + 1] dot products with the item table (the
   padding id gets `PAD_LOGIT`).
   """
@@ -209,8 +230,15 @@ class SASRec(nn.Module):
     if items.ndim != 2 or items.shape[1] > c.max_len:
       raise ValueError(f"items must be [batch, t <= {c.max_len}], got {items.shape}")
     b, t = items.shape
+    ids = validation.concrete(items)
+    if ids is not None and ids.size and (ids.min() < 0 or ids.max() > c.num_items):
+      raise ValueError(f"items must be ids in [0, {c.num_items}] (0 is padding); got ids from "
+                       f"{ids.min()} to {ids.max()}")
     valid = items > 0
-    x = jnp.take(self.item_embed, items, axis=0)
+    # Traced, an id outside [0, num_items] embeds as NaN (its row's states turn NaN): a
+    # negative id is sent past the table rather than wrapped to the last items.
+    x = jnp.take(self.item_embed, jnp.where(items < 0, c.num_items + 1, items), axis=0,
+                 mode="fill", fill_value=jnp.nan)
     if last_token is not None:
       if last_token.shape != (b, c.d_model):
         raise ValueError(f"last_token must be [{b}, {c.d_model}], got {last_token.shape}")
@@ -239,6 +267,13 @@ def next_item_loss(logits: Float[Array, "*b n"], targets: Int[Array, "*b"]) -> F
 
   Returns:
     The mean loss over real targets (0 if there is none).
+
+  Example:
+    >>> logits = jnp.zeros((1, 3, 5))                     # uniform over ids 0..4
+    >>> round(float(next_item_loss(logits, jnp.array([[0, 2, 4]]))), 4)   # ln 5, 2 targets
+    1.6094
+    >>> float(next_item_loss(logits, jnp.zeros((1, 3), jnp.int32)))     # no target
+    0.0
   """
   if logits.shape[:-1] != targets.shape:
     raise ValueError(f"logits {logits.shape} and targets {targets.shape} disagree")

@@ -153,7 +153,14 @@ def oracle_requests(intent: np.ndarray, genre: np.ndarray, num_genres: int,
 
 def request_texts(intent: str, num_genres: int, held_out: bool,
                   num_test_templates: int = 3) -> list[str]:
-  """Every paraphrase of `intent` for the train (False) or held-out (True) templates."""
+  """Every paraphrase of `intent` for the train (False) or held-out (True) templates.
+
+  Example:
+    >>> request_texts("want", 2, held_out=False)[:2]
+    ['I want to watch some romance', 'I want to watch some horror']
+    >>> len(request_texts("want", 2, held_out=False)), len(request_texts("want", 2, True))
+    (14, 6)
+  """
   t = TEMPLATES[intent]
   t = t[-num_test_templates:] if held_out else t[:-num_test_templates]
   if intent == "none":
@@ -233,7 +240,17 @@ def _episodes(cfg, rng, genres, succ, num_users, held_out) -> Episodes:
 
 
 def make_world(cfg: WorldConfig, seed: int) -> World:
-  """Draws the catalogue, the train users and the test users of one seed."""
+  """Draws the catalogue, the train users and the test users of one seed.
+
+  Example:
+    >>> cfg = WorldConfig(num_items=30, num_genres=3, num_train_users=16, num_test_users=8,
+    ...                   max_len=6, min_len=3, num_negatives=10)
+    >>> w = make_world(cfg, seed=0)
+    >>> w.item_genres.shape, w.train.history.shape, w.test.negatives.shape
+    ((31, 3), (16, 6), (8, 10))
+    >>> w.item_texts[1], w.test.requests[0]
+    ('dark comedy and romance story', 'less horror from now on')
+  """
   rng = np.random.default_rng(seed)
   genres, texts, succ = _catalogue(cfg, rng)
   train = _episodes(cfg, rng, genres, succ, cfg.num_train_users, held_out=False)

@@ -37,7 +37,8 @@ class ViewEncoder(nn.Module):
     hidden: width of the token MLP and the CLS vector.
     embed_dim: embedding size.
     positional: add a learned position embedding (order-aware view, e.g. satellite).
-    dtype, param_dtype: computation and parameter dtypes.
+    dtype: computation dtype.
+    param_dtype: parameter dtype.
   """
   hidden: int = 32
   embed_dim: int = 64
@@ -83,7 +84,8 @@ class CVGLModel(nn.Module):
     embed_dim: embedding size.
     head_hidden: NIG head width.
     head_stop_gradient: stop the DER loss's gradient at the backbone (a jaxlab ablation).
-    dtype, param_dtype: computation and parameter dtypes.
+    dtype: computation dtype.
+    param_dtype: parameter dtype.
   """
   hidden: int = 32
   embed_dim: int = 64

@@ -79,8 +79,11 @@ def der_nll(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[Array, "
             alpha: Float[Array, "*b"], beta: Float[Array, "*b"]) -> Float[Array, "*b"]:
   """Negative log marginal likelihood of `y` under NIG(gamma, nu, alpha, beta) (per example).
 
-  NLL = 1/2 log(pi / nu) - alpha log(Omega) + (alpha + 1/2) log((y - gamma)^2 nu + Omega)
-        + log Gamma(alpha) - log Gamma(alpha + 1/2),   Omega = 2 beta (1 + nu),
+  ::
+
+    NLL = 1/2 log(pi / nu) - alpha log(Omega) + (alpha + 1/2) log((y - gamma)^2 nu + Omega)
+          + log Gamma(alpha) - log Gamma(alpha + 1/2),   Omega = 2 beta (1 + nu),
+
   i.e. minus the Student-t log density with 2 alpha degrees of freedom, location gamma and
   squared scale beta (1 + nu) / (nu alpha).
 
@@ -109,7 +112,7 @@ def der_nll(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[Array, "
 
 def der_regularizer(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[Array, "*b"],
                     alpha: Float[Array, "*b"]) -> Float[Array, "*b"]:
-  """Evidence regulariser |y - gamma| (2 nu + alpha): penalises evidence on errors (per example).
+  """Evidence regulariser ``|y - gamma| (2 nu + alpha)``: penalises evidence on errors (per example).
 
   Example:
     >>> float(der_regularizer(jnp.ones(()), jnp.zeros(()), jnp.ones(()), 2 * jnp.ones(())))
@@ -121,7 +124,7 @@ def der_regularizer(y: Float[Array, "*b"], gamma: Float[Array, "*b"], nu: Float[
 
 def der_loss(y: Float[Array, "*b"], nig: NIGParams, *, reg_weight: float = 1e-2
              ) -> Float[Array, "*b"]:
-  """L_DER = NLL + reg_weight * |y - gamma| (2 nu + alpha), per example.
+  """``L_DER = NLL + reg_weight * |y - gamma| (2 nu + alpha)``, per example.
 
   Args:
     y: regression targets.

@@ -166,7 +166,7 @@ def field(cfg: WorldConfig, city: City, x: Float[Array, "*n 2"]) -> Float[Array,
 
 def roughness(cfg: WorldConfig, city: City, x: Float[Array, "n 2"], *, delta: float = 0.5
               ) -> Float[Array, " n"]:
-  """Local roughness: mean over 4 directions of |z(x + delta e) - z(x)| / delta."""
+  """Local roughness: mean over 4 directions of ``|z(x + delta e) - z(x)| / delta``."""
   steps = delta * jnp.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
   z0 = field(cfg, city, x)
   zs = field(cfg, city, x[:, None, :] + steps)

@@ -13,6 +13,9 @@ so `jax.vmap` trains every arm at once. What they share lives here:
   * `DriftingEnv`: the env params and drift level at step t, and the
     per-evaluation summary (deterministic-policy return under the current
     params plus window means of the training info).
+  * `drift_summary`: one arm's evaluation curves over seeds scored by
+    `jaxlab.rl.metrics.drift_metrics` (degradation, recovery, nAUC);
+    `draw_run`: a run's return or entropy-weight curves per arm.
 
 Example:
   >>> import jax.numpy as jnp
@@ -30,10 +33,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from jaxlab.rl import aes_scheduler as aes_lib
 from jaxlab.rl import envs as envs_lib
+from jaxlab.rl import metrics
 from jaxlab.rl.drift import Drift
 
 # Mode name -> the rule its lambda_t follows.
@@ -181,3 +186,86 @@ class DriftingEnv:
     ev = envs_lib.evaluate(self.env, self.params_at(t_end), policy, k_eval, eval_envs,
                            self.max_episode)
     return key, envs_lib.summarize_chunk(infos, ev, t_end, self.level_at(t_end))
+
+
+def drift_summary(steps: np.ndarray, curves: np.ndarray, levels: np.ndarray,
+                  **metric_kwargs: Any) -> dict[str, Any]:
+  """One arm's normalised evaluation curves [seeds, evals], scored over seeds.
+
+  Args:
+    steps: [evals] the step of each evaluation.
+    curves: [seeds, evals] normalised returns (`metrics.normalize`).
+    levels: the drift schedule's levels (its change points mark the events).
+    **metric_kwargs: `metrics.drift_metrics`'s settings (threshold, smoothing, ...).
+
+  Returns:
+    {metric: dict(mean, std, per_seed)} for degradation, recovery_pct, nauc_steady and
+    nauc_drift (NaN-skipping means; NaN when no seed is finite); "recovery_by_event": the
+    recovery at each change point (mean and std over the seeds with that event);
+    "censored" / "events": unrecovered and all change-point events over the seeds.
+
+  Example:
+    >>> import numpy as np
+    >>> levels = np.repeat([0.0, 1.0], 50)
+    >>> curves = np.tile(np.r_[np.ones(5), 0.5, np.ones(4)], (2, 1))
+    >>> s = drift_summary(np.arange(10) * 10 + 9, curves, levels)
+    >>> s["events"], len(s["degradation"]["per_seed"])
+    (2, 2)
+  """
+  runs = [metrics.drift_metrics(steps, c, levels, **metric_kwargs) for c in curves]
+  summary = {}
+  for key in ("degradation", "recovery_pct", "nauc_steady", "nauc_drift"):
+    vals = np.array([r[key] for r in runs], np.float64)
+    finite = np.isfinite(vals).any()
+    summary[key] = dict(mean=float(np.nanmean(vals)) if finite else float("nan"),
+                        std=float(np.nanstd(vals)) if finite else float("nan"),
+                        per_seed=vals.tolist())
+  by_event = []
+  for j, c in enumerate(metrics.change_points(levels)):
+    rec = [r["events"][j]["recovery_pct"] for r in runs
+           if j < len(r["events"]) and r["events"][j]["step"] == c]
+    by_event.append(dict(step=c, mean=float(np.mean(rec)) if rec else float("nan"),
+                         std=float(np.std(rec)) if rec else float("nan")))
+  summary["recovery_by_event"] = by_event
+  events = [e for r in runs for e in r["events"]]
+  summary["censored"] = sum(not e["recovered"] for e in events)
+  summary["events"] = len(events)
+  return summary
+
+
+def draw_run(ax: Any, run: Mapping[str, Any], *, weights: bool = False) -> None:
+  """Each arm's evaluation return (mean ± std over seeds), or its entropy weight lambda_t
+  (mean, log scale), against % of training, change points dashed, on a matplotlib `ax`.
+
+  Args:
+    ax: the axes.
+    run: one task x drift-mode run of `jaxlab.experiments.aes` (its "steps",
+      "total_steps", "change_points", "curves" and "lam" per arm [seeds, evals],
+      "env", "algo", "drift_mode").
+    weights: draw lambda_t instead of the return.
+
+  Example:
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> run = dict(steps=[10, 20], total_steps=20, change_points=[10], env="pendulum",
+    ...            algo="sac", drift_mode="abrupt", curves={"aes": [[1.0, 2.0]]},
+    ...            lam={"aes": [[0.1, 0.2]]})
+    >>> draw_run(plt.figure().gca(), run, weights=True)
+  """
+  steps = 100.0 * np.asarray(run["steps"]) / run["total_steps"]
+  for arm, c in (run["lam"] if weights else run["curves"]).items():
+    c = np.asarray(c)
+    ax.plot(steps, c.mean(0), label=arm)
+    if not weights:
+      ax.fill_between(steps, c.mean(0) - c.std(0), c.mean(0) + c.std(0), alpha=0.2)
+  for c in run["change_points"]:
+    ax.axvline(100.0 * c / run["total_steps"], color="k", ls="--", lw=0.8)
+  ax.set_xlabel("% of training")
+  if weights:
+    ax.set_yscale("log")
+    ax.set_ylabel("lambda_t (temperature / ent. coef.)")
+    ax.set_title(f"{run['env']}: entropy weight over time")
+  else:
+    ax.set_ylabel("evaluation return")
+    ax.set_title(f"{run['env']} {run['algo'].upper()} ({run['drift_mode']} drift)")
+  ax.legend(fontsize=7)

@@ -9,13 +9,13 @@ bound behaves like `c1 * lambda + c2 * d_t / lambda`, minimised by
 
 The tracker here is a pure functional object with the same small interface
 wherever it is used (SAC temperature, SAC target-entropy schedule, PPO entropy
-coefficient):
+coefficient)::
 
   sched = aes_scheduler(lambda_0=0.1)
   state = sched.init()
   lam, state = sched.update(state, td_errors)
 
-One update takes the TD errors of the current minibatch and does:
+One update takes the TD errors of the current minibatch and does::
 
   q_t      = Quantile_q(|td_errors|)                     # robust TD-error scale
   fast_t   = fast_decay * fast_{t-1} + (1 - fast_decay) * q_t
@@ -168,7 +168,7 @@ def aes_scheduler(lambda_0: float, *, kappa: float = 4.0,
       finite and > 0.
     kappa: proxy sensitivity of the "offset" rule, finite and >= 0 (jaxlab
       interpretation, default 4).
-    quantile: level q of the |TD error| quantile, in (0, 1] (default 0.9).
+    quantile: level q of the ``|TD error|`` quantile, in (0, 1] (default 0.9).
     fast_decay: decay of the fast EMA, in [0, slow_decay).
     slow_decay: decay of the slow EMA, in (fast_decay, 1).
     lambda_min: lower clip, default `lambda_0` ("offset") or `lambda_0 / 10`

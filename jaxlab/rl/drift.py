@@ -14,8 +14,9 @@ Modes of `z_t` (T = `num_steps`, u = t / T; all are 0 before `start`):
                    `levels[2]` after (default 0, 1, 0: change, then change back).
   * "ramp":        linear from 0 at `start` to 1 at `end`, then 1.
   * "periodic":    `(1 - cos(2 pi (u - start) / period)) / 2` after start.
-  * "random_walk": after start, `z_t = clip(z_{t-1} + sigma / sqrt(1000) *
-                   N(0, 1), 0, 1)`, i.e. std `sigma` per 1000 steps.
+  * "random_walk": after start,
+                   ``z_t = clip(z_{t-1} + sigma / sqrt(1000) * N(0, 1), 0, 1)``,
+                   i.e. std `sigma` per 1000 steps.
 
 The change points T/3 and 2T/3, a period of T/4 and the random-walk scale
 per 1000 steps follow the jaxlab plan (the paper's drift-mode parameters were

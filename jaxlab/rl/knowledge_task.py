@@ -1,4 +1,7 @@
-"""A toy "knowledge boundary" task for abstention-aware RL (UCPO, §3(d) of the spec).
+"""A toy "knowledge boundary" task for abstention-aware RL (UCPO).
+
+A CPU stand-in (jaxlab's) for the paper's math and QA benchmarks, whose models
+know some answers, half-know others and cannot know the rest.
 
 Prompts are pairs (a, b) in [0, n)^2; each has a hidden answer in [0, K) from
 a random lookup table (facts to memorise, no rule to generalise). The policy
@@ -22,8 +25,8 @@ traced `Arm`, so every arm shares one compiled program and seeds vmap.
 Metrics (`evaluate`) are exact expectations under the policy's sampling
 distribution, per bucket: accuracy P(correct), abstention P(IDK),
 hallucination P(wrong), PAQ = correct / (correct + wrong) (precision on
-answered questions) and F1 = harmonic mean of PAQ and accuracy (the spec's
-reading of the paper's F1, jaxlab interpretation).
+answered questions) and F1 = harmonic mean of PAQ and accuracy (our reading
+of the paper's F1, jaxlab interpretation).
 
 Example:
   >>> import jax
@@ -48,7 +51,9 @@ from jax import Array
 from jaxtyping import Bool, Float, Int
 
 from jaxlab.nn import Transformer, TransformerConfig
+from jaxlab.report import seed_summary
 from jaxlab.rl import grpo, ucpo
+from jaxlab.train.optimizers import optimizer as build_optimizer
 
 KNOWN, PARTIAL, UNLEARNABLE = 0, 1, 2
 BUCKETS = ("known", "partial", "unlearnable")
@@ -234,10 +239,15 @@ def metrics_table(table: np.ndarray | Array) -> dict[str, dict[str, float]]:
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-  """Supervised warm start on the known and partial prompts (Adam, cross-entropy)."""
+  """Supervised warm start on the known and partial prompts (cross-entropy; the optimizer
+  is `sft_train`'s `tx`)."""
   num_steps: int = 400
   batch_size: int = 64
-  learning_rate: float = 3e-3
+
+
+# The optimizers `sft_train` and `make_rl_step` build (`jaxlab.train.optimizer`) without a `tx`.
+SFT_OPTIMIZER = {"learning_rate": 3e-3, "schedule": "constant"}
+RL_OPTIMIZER = {"learning_rate": 1e-3, "schedule": "constant", "grad_clip": 1.0}
 
 
 def sft_labels(task: Task, idx: Int[Array, "n"], key: Array,
@@ -254,9 +264,15 @@ def sft_labels(task: Task, idx: Int[Array, "n"], key: Array,
 
 
 def sft_train(model: KnowledgePolicy, params: Any, task: Task, key: Array, task_cfg: TaskConfig,
-              cfg: SFTConfig) -> tuple[Any, Float[Array, "s"]]:
-  """SFT on the known and partial prompts; returns (params, loss per step). Jittable."""
-  tx = optax.adam(cfg.learning_rate)
+              cfg: SFTConfig, tx: optax.GradientTransformation | None = None
+              ) -> tuple[Any, Float[Array, "s"]]:
+  """SFT on the known and partial prompts; returns (params, loss per step). Jittable.
+
+  `tx` is the optimizer (`jaxlab.train.optimizer` over `cfg.num_steps`); None builds
+  `SFT_OPTIMIZER`.
+  """
+  if tx is None:
+    tx = build_optimizer(SFT_OPTIMIZER, cfg.num_steps)
   seen = (task.buckets != UNLEARNABLE).astype(jnp.float32)
 
   def loss_fn(p, tokens, labels):
@@ -333,6 +349,106 @@ def make_arm(kind: str, *, reward_uncertain: float = 0.0, uncertain_reward: floa
              f32(dura_b))
 
 
+UNCERTAIN_NORMS = ("batch", "direct")
+# The knobs of `named_arm`, and the arms (by name) each changes: an interpretation reading
+# of a knob re-runs only those.
+ARM_KNOBS = ("uncertain_norm", "tad_uncertain_reward", "dura_scale", "dura_k", "dura_b")
+KNOB_ARMS = {"uncertain_norm": ("tad", "ucpo"), "dura_b": ("ucpo",)}
+
+
+def named_arm(name: str, *, uncertain_norm: str = "batch", tad_uncertain_reward: float = 0.0,
+              dura_scale: float = 1.0, dura_k: float = 2.0, dura_b: float = 2.0) -> Arm:
+  """The `Arm` of an arm name: "grpo", "fixed_<r_u>", "tad" or "ucpo".
+
+  Args:
+    name: "grpo" (binary GRPO), "fixed_<r_u>" (GRPO with abstention reward r_u),
+      "tad" (TAD only, constant uncertain reward) or "ucpo" (TAD + DURA).
+    uncertain_norm: "batch" (z-score TAD's uncertain channel over the batch) or
+      "direct" (use it as the advantage); see `make_arm`'s `normalize_uncertain`.
+    tad_uncertain_reward: the constant uncertain-channel value of "tad".
+    dura_scale, dura_k, dura_b: DURA's s, k, b.
+
+  Returns:
+    The arm.
+
+  Raises:
+    ValueError: an unknown name or `uncertain_norm`.
+
+  Example:
+    >>> float(named_arm("fixed_0.5").reward_uncertain), bool(named_arm("tad").dura)
+    (0.5, False)
+  """
+  if uncertain_norm not in UNCERTAIN_NORMS:
+    raise ValueError(f"ucpo.uncertain_norm must be one of {UNCERTAIN_NORMS}, "
+                     f"got {uncertain_norm!r}")
+  if name == "grpo":
+    return make_arm("grpo")
+  if name.startswith("fixed_"):
+    try:
+      r_u = float(name[len("fixed_"):])
+    except ValueError as e:
+      raise ValueError(f"arm {name!r}: expected fixed_<r_u>, e.g. fixed_0.5") from e
+    return make_arm("grpo", reward_uncertain=r_u)
+  if name in ("tad", "ucpo"):
+    return make_arm(name, uncertain_reward=tad_uncertain_reward,
+                    normalize_uncertain=uncertain_norm == "batch", dura_scale=dura_scale,
+                    dura_k=dura_k, dura_b=dura_b)
+  raise ValueError(f"Unknown arm {name!r}; expected grpo, fixed_<r_u>, tad or ucpo")
+
+
+def reading_runs(readings: Any, arms: list[str]) -> dict[str, tuple[str, Any, str]]:
+  """The runs of alternative readings of `named_arm`'s knobs.
+
+  Args:
+    readings: {knob of `KNOB_ARMS`: its other values} (a mapping or ConfigDict).
+    arms: the configured arms (a reading re-runs only those of them its knob changes).
+
+  Returns:
+    {run name "<arm>@<knob>=<value>": (knob, value, arm)}.
+
+  Example:
+    >>> sorted(reading_runs(dict(uncertain_norm=("direct",), dura_b=(0.0,)),
+    ...                     ["fixed_0.5", "ucpo"]))
+    ['ucpo@dura_b=0.0', 'ucpo@uncertain_norm=direct']
+  """
+  runs = {}
+  for knob, values in readings.items():
+    if knob not in KNOB_ARMS:
+      raise ValueError(f"config.readings: unknown knob {knob!r}; expected one of "
+                       f"{sorted(KNOB_ARMS)}")
+    for value in values:
+      for arm in KNOB_ARMS[knob]:
+        if arm in arms:
+          runs[f"{arm}@{knob}={value}"] = (knob, value, arm)
+  return runs
+
+
+def reading_source(knob: str, value) -> str:
+  """Where a reading of an interpretation knob comes from (shown in the report).
+
+  Args:
+    knob: a knob of `named_arm` (`KNOB_ARMS`).
+    value: its reading.
+
+  Returns:
+    The source: the paper where it says, else "jaxlab interpretation" and why.
+
+  Example:
+    >>> reading_source("dura_b", 0.0)
+    'jaxlab interpretation: the model-evolution term off (b = 0)'
+  """
+  if knob == "uncertain_norm":
+    return ("the paper, abstract ('independently normalize deterministic and uncertain "
+            "rollouts'); pooling the batch's uncertain rollouts is jaxlab interpretation"
+            if value == "batch" else
+            "jaxlab interpretation: DURA's value is the uncertain rollouts' advantage")
+  if knob == "dura_b":
+    return ("jaxlab interpretation: the model-evolution term off (b = 0)"
+            if float(value) == 0 else
+            "jaxlab interpretation: the abstract's model-evolution term on, gain b = k")
+  return "jaxlab interpretation"
+
+
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
   """RL with G samples per prompt (the advantage rule and its constants are the `Arm`'s).
@@ -341,10 +457,8 @@ class RLConfig:
     num_steps: RL steps (one batch of `batch_prompts` x `group_size` rollouts each).
     batch_prompts: prompts per step, drawn uniformly from every bucket.
     group_size: G, rollouts per prompt.
-    learning_rate: Adam step size (a float or an optax schedule).
     updates_per_batch: gradient steps on each batch (> 1 makes the clip bind).
     eps_low, eps_high: the surrogate's clip range.
-    max_grad_norm: global-norm gradient clip.
     adv_eps: epsilon of the advantage standardisation.
     ema_decay: decay of DURA's batch-accuracy EMA g_t.
     num_evals: evaluations along training (`num_steps` must be a multiple).
@@ -352,11 +466,9 @@ class RLConfig:
   num_steps: int = 300
   batch_prompts: int = 32
   group_size: int = 8
-  learning_rate: float | optax.Schedule = 1e-3
   updates_per_batch: int = 1
   eps_low: float = 0.2
   eps_high: float = 0.28
-  max_grad_norm: float = 1.0
   adv_eps: float = 1e-6
   ema_decay: float = 0.9
   num_evals: int = 10
@@ -371,6 +483,11 @@ class RLConfig:
       raise ValueError(f"RLConfig.num_steps={self.num_steps} must be a multiple of "
                        f"num_evals={self.num_evals}")
 
+  @property
+  def num_gradient_steps(self) -> int:
+    """Optimizer updates in a run: `updates_per_batch` per RL step."""
+    return self.num_steps * self.updates_per_batch
+
 
 def rollout_outcomes(answers: Int[Array, "b g"], targets: Int[Array, "b"],
                      idk: int) -> Int[Array, "b g"]:
@@ -383,8 +500,8 @@ def rollout_outcomes(answers: Int[Array, "b g"], targets: Int[Array, "b"],
 def sample_answers(key: Array, logits: Float[Array, "b k1"], num_samples: int) -> Int[Array, "b g"]:
   """`num_samples` draws per row from softmax(logits), by inverting the CDF.
 
-  Same distribution as `jax.random.categorical`, whose Gumbel draw takes XLA:CPU
-  seconds to compile (measured 3 s vs 0.3 s here), the bulk of the smoke budget.
+  Same distribution as `jax.random.categorical`, whose Gumbel draw is far slower to
+  compile on XLA:CPU, the bulk of the smoke budget.
   """
   cdf = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
   u = jax.random.uniform(key, (logits.shape[0], num_samples))
@@ -413,9 +530,15 @@ class RLState(NamedTuple):
   key: Array
 
 
-def make_rl_step(model: KnowledgePolicy, task_cfg: TaskConfig, cfg: RLConfig):
-  """`(step, tx)`: `step(state, task, arm) -> (state, metrics)`, one RL step (pure, jittable)."""
-  tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.learning_rate))
+def make_rl_step(model: KnowledgePolicy, task_cfg: TaskConfig, cfg: RLConfig,
+                 tx: optax.GradientTransformation | None = None):
+  """`(step, tx)`: `step(state, task, arm) -> (state, metrics)`, one RL step (pure, jittable).
+
+  `tx` is the optimizer (`jaxlab.train.optimizer` over `cfg.num_gradient_steps`); None
+  builds `RL_OPTIMIZER`.
+  """
+  if tx is None:
+    tx = build_optimizer(RL_OPTIMIZER, cfg.num_gradient_steps)
   b, g, k = cfg.batch_prompts, cfg.group_size, task_cfg.num_answers
 
   def loss_fn(params, tokens, answers, old_logp, adv, valid):
@@ -453,15 +576,18 @@ def make_rl_step(model: KnowledgePolicy, task_cfg: TaskConfig, cfg: RLConfig):
 
 
 def rl_train(model: KnowledgePolicy, params: Any, task: Task, arm: Arm, key: Array,
-             task_cfg: TaskConfig, cfg: RLConfig) -> tuple[Any, dict[str, Array]]:
+             task_cfg: TaskConfig, cfg: RLConfig, tx: optax.GradientTransformation | None = None
+             ) -> tuple[Any, dict[str, Array]]:
   """RL from `params` under `arm`; jittable and vmappable over (params, task, arm, key).
+
+  `tx` is the optimizer, as in `make_rl_step`.
 
   Returns:
     (final params, curves): `curves["eval"]` is `evaluate`'s table after every
     `num_steps / num_evals` steps, shape [num_evals, 4, 5]; `curves[m]` for the
     step metrics (loss, kept, correct, uncertain) are chunk means, [num_evals].
   """
-  step, tx = make_rl_step(model, task_cfg, cfg)
+  step, tx = make_rl_step(model, task_cfg, cfg, tx)
   state = RLState(params, tx.init(params), jnp.float32(0.5), key)
   chunk = cfg.num_steps // cfg.num_evals
 
@@ -473,3 +599,122 @@ def rl_train(model: KnowledgePolicy, params: Any, task: Task, arm: Arm, key: Arr
 
   state, curves = jax.lax.scan(run_chunk, state, None, length=cfg.num_evals)
   return state.params, curves
+
+
+# ----------------------------------------------------------------------------- paired seeds
+
+
+def seed_keys(seeds: list[int]) -> Array:
+  """[s] key triples, one per seed: (init, SFT, RL); arms share a seed's RL key (paired).
+
+  Example:
+    >>> seed_keys([0, 1]).shape
+    (2, 3)
+  """
+  return jax.vmap(lambda s: jax.random.split(jax.random.key(s), 3))(np.asarray(seeds))
+
+
+def make_seed_runs(model: KnowledgePolicy, tasks: Task, keys: Array, task_cfg: TaskConfig,
+                   sft_cfg: SFTConfig, rl_cfg: RLConfig,
+                   sft_tx: optax.GradientTransformation | None = None,
+                   rl_tx: optax.GradientTransformation | None = None):
+  """The SFT warm start and the RL runs of paired seeds, vmapped over the seeds, jitted once.
+
+  Args:
+    model: the policy.
+    tasks: one task per seed (`stack_tasks`).
+    keys: `seed_keys` of the seeds.
+    task_cfg, sft_cfg, rl_cfg: the task, SFT and RL settings.
+    sft_tx, rl_tx: the stages' optimizers (`sft_train`, `rl_train`).
+
+  Returns:
+    (sft, rl): `sft() -> (params, losses [s, sft steps], eval [s, 4, 5])` from fresh
+    params; `rl(params, arm) -> (params, curves)`, `rl_train` per seed from `params`
+    (SFT's), one compiled program for every arm.
+
+  Example:
+    >>> task_cfg = TaskConfig(num_values=6)
+    >>> tasks = stack_tasks([make_task(task_cfg, s) for s in (0, 1)])
+    >>> model = make_policy(PolicyConfig(kind="mlp", d_model=8, d_ff=16), task_cfg)
+    >>> sft, rl = make_seed_runs(model, tasks, seed_keys([0, 1]), task_cfg,
+    ...                          SFTConfig(num_steps=2, batch_size=4),
+    ...                          RLConfig(num_steps=2, batch_prompts=4, num_evals=1))
+    >>> params, losses, table = sft()
+    >>> rl(params, make_arm("ucpo"))[1]["eval"].shape
+    (2, 1, 4, 5)
+  """
+  @jax.jit
+  @jax.vmap
+  def sft(task, k):
+    params = init_params(model, k[0])
+    params, losses = sft_train(model, params, task, k[1], task_cfg, sft_cfg, sft_tx)
+    return params, losses, evaluate(model, params, task, task_cfg)
+
+  @jax.jit
+  def rl(params, arm):
+    return jax.vmap(lambda p, t, k: rl_train(model, p, t, arm, k[2], task_cfg, rl_cfg, rl_tx))(
+        params, tasks, keys)
+
+  return lambda: sft(tasks, keys), rl
+
+
+def seed_table(tables: Any) -> dict[str, dict[str, dict]]:
+  """Per-seed `evaluate` tables as {group: {metric: `jaxlab.report.seed_summary`}}.
+
+  `tables` is array-like, [seeds, 4, 5] (e.g. a cached arm's nested lists).
+
+  Example:
+    >>> t = seed_table(np.full((3, 4, 5), 0.5))
+    >>> t["known"]["paq"]["mean"], len(t["all"]["f1"]["per_seed"])
+    (0.5, 3)
+  """
+  t = np.asarray(tables)
+  return {g: {m: seed_summary(t[:, i, j]) for j, m in enumerate(METRICS)}
+          for i, g in enumerate(GROUPS)}
+
+
+def draw_abstention(ax: Any, table: dict, arms: list[str]) -> None:
+  """Bars of each arm's abstention per bucket (mean ± std over seeds) on a matplotlib `ax`.
+
+  Args:
+    ax: the axes.
+    table: {arm: `seed_table`}.
+    arms: the arms to draw, in order.
+
+  Example:
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> draw_abstention(plt.figure().gca(), {"ucpo": seed_table(np.zeros((2, 4, 5)))}, ["ucpo"])
+  """
+  width = 0.8 / len(arms)
+  x = np.arange(len(BUCKETS))
+  for i, arm in enumerate(arms):
+    means = [table[arm][b]["abstention"]["mean"] for b in BUCKETS]
+    stds = [table[arm][b]["abstention"]["std"] for b in BUCKETS]
+    ax.bar(x + i * width, means, width, yerr=stds, label=arm)
+  ax.set_xticks(x + 0.4 - width / 2, BUCKETS)
+  ax.set_ylabel("abstention rate (P(IDK))")
+  ax.set_title("Where each arm says 'I don't know'")
+  ax.legend(fontsize=7)
+
+
+def draw_paq(ax: Any, curves: dict, eval_steps: list[int]) -> None:
+  """Each arm's PAQ over all prompts during RL (mean over seeds) on a matplotlib `ax`.
+
+  Args:
+    ax: the axes.
+    curves: {arm: [seeds, evals, 4, 5] evaluation tables (`rl_train`'s "eval")}.
+    eval_steps: the RL step of each evaluation.
+
+  Example:
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> draw_paq(plt.figure().gca(), {"ucpo": np.zeros((2, 3, 4, 5))}, [1, 2, 3])
+  """
+  for arm, c in curves.items():
+    paq = np.asarray(c)[:, :, GROUPS.index("all"), METRICS.index("paq")]
+    ax.plot(eval_steps, paq.mean(0), label=arm)
+  ax.set_xlabel("RL step")
+  ax.set_ylabel("PAQ (all prompts)")
+  ax.set_title("PAQ during RL (mean over seeds)")
+  ax.legend(fontsize=7)

@@ -55,7 +55,7 @@ def _levels(levels) -> np.ndarray:
 
 
 def change_points(levels, min_jump: float = 0.5) -> list[int]:
-  """Steps t where |level[t] - level[t-1]| > min_jump (abrupt changes).
+  """Steps t where abs(level[t] - level[t-1]) > min_jump (abrupt changes).
 
   Raises ValueError for non-finite `levels` (a NaN jump would never count) or a
   `min_jump` that is not a finite number >= 0.

@@ -17,7 +17,10 @@ Entropy modes (`ENT_MODES`):
              lambda_0 sqrt(d_t / d_ref), clipped (`jaxlab.rl.aes_scheduler`).
 
 The AES plumbing (knobs, mode selection, drifting env, evaluation) is shared
-with SAC: `jaxlab.rl.aes_plumbing`.
+with SAC: `jaxlab.rl.aes_plumbing`. The optimizer is the top level of the
+config's `optimizer` section, built by `jaxlab.train.optimizer`; the default
+(`DEFAULT_OPTIMIZER`) is purejaxrl's: Adam with eps 1e-5 after a global-norm
+clip at 0.5.
 
 Example:
   >>> import jax
@@ -45,8 +48,13 @@ from jax.typing import DTypeLike
 from jaxlab.rl import aes_plumbing
 from jaxlab.rl import aes_scheduler as aes_lib
 from jaxlab.rl.drift import Drift
+from jaxlab.train.optimizers import optimizer as build_optimizer
 
 ENT_MODES = ("fixed", "aes", "aes_sqrt")
+# What `make_train` builds without an `optimizer`: a constant 1e-3, Adam's eps 1e-5 and the
+# global-norm clip at 0.5 of purejaxrl's PPO.
+DEFAULT_OPTIMIZER = {"learning_rate": 1e-3, "schedule": "constant", "eps": 1e-5,
+                     "grad_clip": 0.5}
 
 
 def ent_mode_index(name: str) -> Array:
@@ -65,8 +73,8 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
 
   `validate` (run by `make_train`) requires, besides positive int counts, finite
   floats with `0 <= gamma <= 1`, `0 <= gae_lambda <= 1`, `clip_eps > 0`,
-  `lr > 0`, `max_grad_norm > 0`, `vf_coef >= 0` and `ent_coef > 0` (AES's
-  reference weight, which its modes scale).
+  `vf_coef >= 0` and `ent_coef > 0` (AES's reference weight, which its modes
+  scale). The optimizer is `make_train`'s `optimizer` argument.
   """
   num_envs: int = 8
   num_steps: int = 64
@@ -75,13 +83,11 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   eval_envs: int = 8
   update_epochs: int = 4
   num_minibatches: int = 4
-  lr: float = 1e-3
   gamma: float = 0.99
   gae_lambda: float = 0.95
   clip_eps: float = 0.2
   vf_coef: float = 0.5
   ent_coef: float = 0.01
-  max_grad_norm: float = 0.5
   hidden: int = 64
   aes_fast_decay: float = 0.8
   aes_slow_decay: float = 0.98
@@ -91,6 +97,11 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
     """Vectorised environment steps = length of a drift schedule."""
     return self.total_updates * self.num_steps
 
+  @property
+  def num_gradient_steps(self) -> int:
+    """Optimizer updates in a run: `update_epochs` x `num_minibatches` per update."""
+    return self.total_updates * self.update_epochs * self.num_minibatches
+
   def validate(self) -> None:
     """ValueError, naming the field and its value, for an out-of-range setting."""
     self._check_counts(("num_envs", "num_steps", "total_updates", "num_evals", "eval_envs",
@@ -99,7 +110,7 @@ class PPOConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
     self.network_dtypes()
     for name in ("gamma", "gae_lambda"):
       self._check_float(name, 0.0, 1.0)
-    for name in ("lr", "clip_eps", "max_grad_norm", "ent_coef"):
+    for name in ("clip_eps", "ent_coef"):
       self._check_float(name, 0.0, open_low=True)
     self._check_float("vf_coef", 0.0)
     if (self.num_envs * self.num_steps) % self.num_minibatches:
@@ -178,14 +189,17 @@ class TrainOutput(NamedTuple):
   metrics: dict[str, Array]  # each [num_evals]
 
 
-def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
-               ) -> Callable[[Array, Array], TrainOutput]:
+def make_train(env: Any, config: PPOConfig, drift: Drift | None = None,
+               optimizer: Any = None) -> Callable[[Array, Array], TrainOutput]:
   """Builds `train(key, ent_mode) -> TrainOutput` (pure; jit and vmap it).
 
   Args:
     env: a discrete-action `jaxlab.rl.envs` environment.
     config: `PPOConfig`.
     drift: optional `Drift` with `config.total_env_steps` levels.
+    optimizer: the config's `optimizer` section (a ConfigDict or mapping; its
+      top level, sections aside), built by `jaxlab.train.optimizer` over
+      `config.num_gradient_steps`; None: `DEFAULT_OPTIMIZER`.
 
   Returns:
     `train(key, ent_mode)` with `ent_mode` from `ent_mode_index`. Metrics, one
@@ -202,11 +216,12 @@ def make_train(env: Any, config: PPOConfig, drift: Drift | None = None
                                   "config.total_env_steps")
   params_at = denv.params_at
   n, ns = config.num_envs, config.num_steps
+  # Built first: a bad optimizer key fails before any network is initialised.
+  tx = build_optimizer(DEFAULT_OPTIMIZER if optimizer is None else optimizer,
+                       config.num_gradient_steps)
   net = ActorCritic(env.num_actions, config.hidden, **config.network_dtypes())
   _, unravel = ravel_pytree(net.init(jax.random.key(0),
                                      jnp.zeros((env.obs_dim,))))
-  tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                   optax.adam(config.lr, eps=1e-5))
   sched = aes_plumbing.AESWeights(config.ent_coef, config)
   per_eval = config.total_updates // config.num_evals
   mb = n * ns // config.num_minibatches

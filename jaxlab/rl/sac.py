@@ -23,6 +23,14 @@ Temperature modes (`ALPHA_MODES`, selected by the traced `alpha_mode` index):
                   knobs).
 
 The TD errors given to AES are `mean(Q1, Q2) - y` on the critic minibatch.
+
+The three networks (actor, critic, temperature) each have an optimizer, built by
+`jaxlab.train.optimizer` from the sections `optimizer.actor`, `optimizer.critic`
+and `optimizer.alpha` of the config's `optimizer`. A section inherits only the
+schedule keys of the top level (`SCHEDULE_KEYS`: the learning rate and its
+schedule): the top level may be another trainer's (PPO's clipped Adam in the aes
+config), whose clip and eps SAC's Adams never had.
+
 The AES plumbing (knobs, mode selection, drifting env, evaluation) is shared
 with PPO: `jaxlab.rl.aes_plumbing`.
 
@@ -53,8 +61,15 @@ from jax.typing import DTypeLike
 from jaxlab.rl import aes_plumbing
 from jaxlab.rl import aes_scheduler as aes_lib
 from jaxlab.rl.drift import Drift
+from jaxlab.train.optimizers import SCHEDULE_KEYS
+from jaxlab.train.optimizers import optimizer as build_optimizer
 
 ALPHA_MODES = ("fixed", "auto", "aes", "aes_target", "aes_sqrt")
+# The networks' optimizer sections, `optimizer.<network>`.
+NETWORKS = ("actor", "critic", "alpha")
+# Adam at a constant 1e-3 for each network, what `make_train` builds without an `optimizer`.
+DEFAULT_OPTIMIZER = {"learning_rate": 1e-3, "schedule": "constant",
+                     **{net: {} for net in NETWORKS}}
 
 
 def alpha_mode_index(name: str) -> Array:
@@ -70,8 +85,8 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   `learning_starts` steps of uniform random actions). The `aes_*` fields come
   from `aes_plumbing.AESKnobs`; AES's reference weight is `alpha`. `dtype` and
   `param_dtype` (from `aes_plumbing.NetworkDtypes`) set the actor's and critics'.
-  `validate` (run by `make_train`) also requires `0 < tau <= 1`, `0 <= gamma < 1`
-  and finite learning rates `actor_lr`, `critic_lr`, `alpha_lr` > 0.
+  `validate` (run by `make_train`) also requires `0 < tau <= 1` and
+  `0 <= gamma < 1`. The optimizers are `make_train`'s `optimizer` argument.
   """
   num_envs: int = 4
   total_steps: int = 12_000
@@ -82,9 +97,6 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
   batch_size: int = 128
   hidden: int = 64
   num_layers: int = 2
-  actor_lr: float = 1e-3
-  critic_lr: float = 1e-3
-  alpha_lr: float = 1e-3
   gamma: float = 0.99
   tau: float = 0.005
   alpha: float = 0.1
@@ -103,8 +115,6 @@ class SACConfig(aes_plumbing.AESKnobs, aes_plumbing.NetworkDtypes):
     if not 0.0 < self.tau <= 1.0 or not 0.0 <= self.gamma < 1.0:
       raise ValueError(f"need 0 < tau <= 1 and 0 <= gamma < 1, got tau="
                        f"{self.tau!r}, gamma={self.gamma!r}")
-    for name in ("actor_lr", "critic_lr", "alpha_lr"):
-      self._check_float(name, 0.0, open_low=True)
 
 
 class _MLP(nn.Module):
@@ -216,8 +226,8 @@ class TrainOutput(NamedTuple):
   metrics: dict[str, Array]  # each [num_evals]
 
 
-def make_train(env: Any, config: SACConfig, drift: Drift | None = None
-               ) -> Callable[[Array, Array], TrainOutput]:
+def make_train(env: Any, config: SACConfig, drift: Drift | None = None,
+               optimizer: Any = None) -> Callable[[Array, Array], TrainOutput]:
   """Builds `train(key, alpha_mode) -> TrainOutput` (pure; jit and vmap it).
 
   Args:
@@ -226,6 +236,10 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
     drift: optional `Drift` whose schedule has `config.total_steps` levels; the
       env params at step t are `drift.params_at(t)`. None: stationary default
       params.
+    optimizer: the config's `optimizer` section (a ConfigDict or mapping) with a
+      section per network of `NETWORKS`, each built by `jaxlab.train.optimizer`
+      over `total_steps - learning_starts` updates, inheriting only the top
+      level's `SCHEDULE_KEYS`; None: `DEFAULT_OPTIMIZER`.
 
   Returns:
     `train(key, alpha_mode)`; `alpha_mode` an int32 scalar from
@@ -244,9 +258,10 @@ def make_train(env: Any, config: SACConfig, drift: Drift | None = None
   n, od, ad = config.num_envs, env.obs_dim, env.action_dim
   actor = Actor(ad, config.hidden, config.num_layers, **config.network_dtypes())
   critic = DoubleCritic(config.hidden, config.num_layers, **config.network_dtypes())
-  actor_tx = optax.adam(config.actor_lr)
-  critic_tx = optax.adam(config.critic_lr)
-  alpha_tx = optax.adam(config.alpha_lr)
+  actor_tx, critic_tx, alpha_tx = (
+      build_optimizer(DEFAULT_OPTIMIZER if optimizer is None else optimizer,
+                      config.total_steps - config.learning_starts, stage=net,
+                      inherit=SCHEDULE_KEYS) for net in NETWORKS)
   sched = aes_plumbing.AESWeights(config.alpha, config)
   h0 = -float(ad) if config.target_entropy is None else config.target_entropy
   scale = env.action_scale

@@ -15,7 +15,7 @@ themselves (the paper's abstract). Everything below beyond that concept is a
     rollout of a group carries the group's uncertain-channel reward r_U(G);
     the uncertain rollouts are z-scored among themselves over the batch (the
     default), or r_U(G) is used as their advantage directly
-    (`normalize_uncertain=False`, the spec's reading).
+    (`normalize_uncertain=False`, jaxlab interpretation).
   * DURA (`dura_uncertain_advantage`): `r_U(G) = s * tanh(k * (rho_w - rho_c) +
     b * (0.5 - g_t))` with the group's fractions of wrong / correct rollouts
     (instance difficulty) and `g_t`, an EMA over steps of the batch accuracy
@@ -82,7 +82,7 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
   and instance difficulty", abstract; a tanh squashing and a smoothing step in
   a summary) with our functional form. `tad_advantages` z-scores it over the
   batch's uncertain rollouts, or uses it as their advantage directly. s = 1
-  and k = 2 are the spec's; the spec's b = 0 would switch the model-evolution
+  and k = 2 are jaxlab's reconstruction; b = 0 would switch the model-evolution
   term off, so b defaults to k (both terms on, equal gains; unverified).
 
   `scale` and `accuracy_ema` are range-checked when concrete (outside `jit`);
@@ -92,7 +92,7 @@ def dura_uncertain_advantage(outcomes: Int[Array, "b g"],
   Args:
     outcomes: outcome codes [b, g].
     accuracy_ema: the smoothed batch accuracy g_t in [0, 1] (a scalar).
-    scale: s, the largest |a_U| (a_U is in (-s, s)); finite and >= 0.
+    scale: s, the largest abs(a_U) (a_U is in (-s, s)); finite and >= 0.
     k: k, gain on the group's difficulty rho_w - rho_c.
     b: b, gain on the model-evolution term 0.5 - g_t (0 turns it off).
 
@@ -148,8 +148,7 @@ def tad_advantages(outcomes: Int[Array, "b g"], uncertain_reward: Float[Array, "
     batch is a jaxlab interpretation (the paper's code was not available): it is
     the only pool in which uncertain rollouts differ. A constant reward gives 0.
   * U, `normalize_uncertain=False`: `uncertain_reward` is the advantage itself
-    (the spec's reading, `shared/papers/uncertainty_rl.md` §3(a); jaxlab
-    interpretation).
+    (DURA's value as the uncertain channel's advantage: jaxlab interpretation).
 
   Non-finite values: a group whose `uncertain_reward` is NaN / Inf gets NaN on
   its own uncertain rollouts and is left out of the pool, so the others' are

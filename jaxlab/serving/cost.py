@@ -397,6 +397,11 @@ def fit_kappa(backend: RooflineModel, target_share: float | int, *, context: flo
 
   Raises:
     ValueError: if no kappa in [kappa_min, kappa_max] reaches the target.
+
+  Example:
+    >>> kappa = fit_kappa(RooflineModel(H200_SPEC), 0.524)
+    >>> round(kappa, 1), round(crossover_share(calibrate_roofline(RooflineModel(H200_SPEC, kappa=kappa))), 3)
+    (5.3, 0.524)
   """
   if not 0.0 < target_share < 1.0:
     raise ValueError(f"target_share must lie in (0, 1), got {target_share!r}")

@@ -68,6 +68,12 @@ def token_buckets(max_tokens: int, *, midpoints: bool = True) -> tuple[int, ...]
 
   With midpoints a step above 8 tokens is padded by at most a third; without,
   by at most half, with fewer programs to compile.
+
+  Example:
+    >>> token_buckets(32)
+    (1, 2, 4, 8, 12, 16, 24, 32)
+    >>> token_buckets(32, midpoints=False)
+    (1, 2, 4, 8, 16, 32)
   """
   if max_tokens < 1:
     raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -82,7 +88,12 @@ def token_buckets(max_tokens: int, *, midpoints: bool = True) -> tuple[int, ...]
 
 
 def bucket(n: int, buckets: Sequence[int]) -> int:
-  """The smallest bucket >= n."""
+  """The smallest bucket >= n.
+
+  Example:
+    >>> bucket(5, token_buckets(32)), bucket(13, token_buckets(32))
+    (8, 16)
+  """
   for b in buckets:
     if b >= n:
       return b
@@ -113,6 +124,19 @@ def packed_step(cfg: TransformerConfig, params: Any, cache_k: Float[Array, "l n 
 
   Returns:
     (cache_k, cache_v, logits [M, vocab] float32).
+
+  Example:
+    >>> cfg = TransformerConfig(vocab_size=64, d_model=32, num_layers=1, num_heads=4,
+    ...                         num_kv_heads=2, d_ff=64)
+    >>> eng = Engine.create(cfg, jax.random.key(0), num_slots=2, max_len=16)  # params, empty cache
+    >>> # A 3-token prefill chunk in slot 0 and one decode in slot 1 (at position 5).
+    >>> slots, positions = jnp.array([0, 0, 0, 1]), jnp.array([0, 1, 2, 5])
+    >>> tokens = jnp.array([5, 6, 7, 8])
+    >>> step = jax.jit(packed_step, static_argnums=0)
+    >>> k, v, logits = step(cfg, eng.params, eng.cache.k, eng.cache.v, slots, tokens, positions,
+    ...                     jnp.array([2, 3]))  # logits of the chunk's last token and the decode
+    >>> k.shape, logits.shape  # [layers, slots, max_len, kv_heads, head_dim], [rows, vocab]
+    ((1, 2, 16, 2, 8), (2, 64))
   """
   h, hkv, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   n = tokens.shape[0]
@@ -325,6 +349,15 @@ def calibrate(engine: Engine, *, prefill_sizes: Sequence[int] | None = None,
 
   Returns:
     (model, fit R^2 dict, the median samples).
+
+  Example:
+    >>> cfg = TransformerConfig(vocab_size=64, d_model=32, num_layers=1, num_heads=4,
+    ...                         num_kv_heads=2, d_ff=64)
+    >>> eng = Engine.create(cfg, jax.random.key(0), num_slots=2, max_len=64, max_tokens=32)
+    >>> model, r2, samples = calibrate(eng, prefill_sizes=(2, 4), decode_counts=(1, 2),
+    ...                                mixed=[(1, 1), (1, 2), (1, 3)], repeats=1)
+    >>> len(samples), model.name, model.alpha_p > 0
+    (7, 'tiny engine (this machine)', True)
   """
   if prefill_sizes is None:
     prefill_sizes = [2 ** i for i in range(16) if 2 ** i <= max(engine.max_tokens // 2, 2)][-5:]
@@ -370,11 +403,23 @@ def calibrate(engine: Engine, *, prefill_sizes: Sequence[int] | None = None,
 
 def crossover_prediction(model: cost.LinearStepModel, mu_l: float | int, mu_o: float | int,
                          n: float | int) -> bool:
-  """True when the crossover condition (Prop. 4, CFR theta_0 at p = 1/mu_O) predicts EB > MB."""
+  """True when the crossover condition (Prop. 4, CFR theta_0 at p = 1/mu_O) predicts EB > MB.
+
+  Example:
+    >>> crossover_prediction(cost.H200_QWEN3_8B, mu_l=512, mu_o=512, n=64)  # r-dagger 0.8
+    False
+    >>> crossover_prediction(cost.RTX_PRO_6000_QWEN3_8B, mu_l=512, mu_o=512, n=64)  # r-dagger 0.2
+    True
+  """
   theta0 = solver.theta_cfr(model, min(1.0 / mu_o, 0.999))
   return solver.crossover(model, mu_l, mu_o, n, theta0).eb_wins
 
 
 def max_len_for(mu_l: float | int, mu_o: float | int, jitter: float | int = 0.5) -> int:
-  """Slot length that holds the longest prompt + output of a jittered workload."""
+  """Slot length that holds the longest prompt + output of a jittered workload.
+
+  Example:
+    >>> max_len_for(16, 8)  # ceil(16 * 1.5) + ceil(8 * 1.5) + 2
+    38
+  """
   return int(math.ceil(mu_l * (1 + jitter)) + math.ceil(mu_o * (1 + jitter)) + 2)

@@ -37,6 +37,18 @@ def run_engine_grid(ecfg: ml_collections.ConfigDict, seed: int = 0,
   request lengths. With several, the compiled engine and its calibration are
   shared, the grid runs once per workload seed, and `per_seed` holds each
   seed's summary (the top-level summary is the first seed's).
+
+  Example:
+    >>> ecfg = ml_collections.ConfigDict(dict(
+    ...     model=dict(vocab_size=32, d_model=16, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=32),
+    ...     mu_l=(6,), mu_o=(4,), concurrency=(2,), jitter=0.5, output_dist="uniform",
+    ...     token_budget=2, midpoints=False, requests_per_client=2, min_requests=4, repeats=1,
+    ...     calibration_repeats=1, ebplus_eval_every=8, ebplus_n_obs_min=2.0, eb_min_samples=8,
+    ...     eb_update_every=8, crossover_theta="cfr"))
+    >>> # Not run in the doctests: it compiles and times the engine for several seconds.
+    >>> out = run_engine_grid(ecfg)  # doctest: +SKIP
+    >>> out["cells_total"], out["compiles_after_warmup"]  # doctest: +SKIP
+    (1, 0)
   """
   workload_seeds = [seed] if workload_seeds is None else [int(s) for s in workload_seeds]
   if not workload_seeds:

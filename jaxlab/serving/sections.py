@@ -46,6 +46,13 @@ def gpu_models(gpu: str, sim: ml_collections.ConfigDict) -> tuple[cost.LinearSte
   paper does on a real GPU). "linear": both are the shipped calibration with b
   refitted to the paper's crossover share (the gain is then measured inside the
   schedulers' own model).
+
+  Example:
+    >>> from configs import ebplus                        # the experiment's config
+    >>> sim = ebplus.get_config("smoke").sim
+    >>> model, backend = gpu_models("H200", sim)
+    >>> type(model).__name__, type(backend).__name__, backend.hw.name
+    ('LinearStepModel', 'RooflineModel', 'H200')
   """
   if sim.backend not in BACKENDS:
     raise ValueError(f"sim.backend must be one of {BACKENDS}, got {sim.backend!r}")
@@ -100,7 +107,15 @@ def crossover_shares(sim: ml_collections.ConfigDict) -> dict[str, dict[str, floa
 
 
 def fig4_table4(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
-  """Fig. 4's workloads and Table 4's load sweep, MB / EB / EB+ per GPU, one workload seed."""
+  """Fig. 4's workloads and Table 4's load sweep, MB / EB / EB+ per GPU, one workload seed.
+
+  Example (skipped: it simulates 6 workloads x 3 schedulers and every Table 4 cell)::
+
+    >>> from configs import ebplus  # doctest: +SKIP
+    >>> out = fig4_table4(ebplus.get_config("smoke").sim, seed=0)  # doctest: +SKIP
+    >>> sorted(out["fig4"])[:2], sorted(out["table4"])  # doctest: +SKIP
+    (['H200/balanced', 'H200/decode-heavy'], ['H200/c=16', 'H200/c=64', 'RTX PRO 6000/c=16', 'RTX PRO 6000/c=64'])
+  """
   fig4, table4 = {}, {}
   for g, (_, hw, _) in GPUS.items():
     model, backend = gpu_models(g, sim)
@@ -123,7 +138,15 @@ def fig4_table4(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
 
 
 def table5(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
-  """Table 5: whole-run throughput under distribution and concurrency shifts, one workload seed."""
+  """Table 5: whole-run throughput under distribution and concurrency shifts, one workload seed.
+
+  Example (skipped: it simulates both shifts, 3 schedulers, both GPUs)::
+
+    >>> from configs import ebplus  # doctest: +SKIP
+    >>> out = table5(ebplus.get_config("smoke").sim, seed=0)  # doctest: +SKIP
+    >>> sorted(out), sorted(out["H200/distribution"])  # doctest: +SKIP
+    (['H200/concurrency', 'H200/distribution', 'RTX PRO 6000/concurrency', 'RTX PRO 6000/distribution'], ['ebplus_over_mb', 'throughput'])
+  """
   out = {}
   n_ph = sim.table5_requests_per_phase
   dist = [W.Phase(W.PREFILL_HEAVY, sim.table5_concurrency, n_ph), W.Phase(W.BALANCED, sim.table5_concurrency, n_ph),
@@ -142,7 +165,16 @@ def table5(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
 
 def bandwidth_sweep(sim: ml_collections.ConfigDict, sw: ml_collections.ConfigDict,
                     seed: int) -> list[dict[str, Any]]:
-  """MB vs EB on the roofline backend as HBM bandwidth grows (H200 otherwise), one workload seed."""
+  """MB vs EB on the roofline backend as HBM bandwidth grows (H200 otherwise), one workload seed.
+
+  Example:
+    >>> from configs import ebplus
+    >>> config = ebplus.get_config("smoke")
+    >>> config.sweep.update(num_requests=8, concurrency=8)    # a tiny sweep
+    >>> sweep = bandwidth_sweep(config.sim, config.sweep, seed=0)
+    >>> [row["bandwidth_tbs"] for row in sweep], sorted(sweep[0]["throughput"])
+    ([0.8, 8.0], ['EB', 'MB'])
+  """
   sweep = []
   for bw in sw.bandwidths_tbs:
     hw = dataclasses.replace(cost.H200_SPEC, bandwidth=bw * 1e12, name=f"H200@{bw:g}TB/s")
@@ -173,6 +205,13 @@ def table4_ablation(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]
   With b refitted to r-dagger = 0.8, H200's left side is negative, so the
   crossover picks MB at every N. With `sim.table4_shipped`, Table 4 is also
   simulated in-model on the shipped H200 calibration (r-dagger 0.365).
+
+  Example:
+    >>> from configs import ebplus                        # the experiment's config
+    >>> sim = ebplus.get_config("smoke").sim
+    >>> out = table4_ablation(sim, seed=0)      # sim.table4_shipped is False: no simulation
+    >>> out["table4_crossover"]["H200/refit"]["eb_wins"], out["table4_shipped"]
+    (False, {})
   """
   wl, n = W.TABLE4, sim.max_num_seqs
   cross = {}
@@ -192,7 +231,15 @@ def table4_ablation(sim: ml_collections.ConfigDict, seed: int) -> dict[str, Any]
 
 
 def table4_summary(ablation: dict[str, Any], c_lo: int, c_hi: int) -> str:
-  """One report sentence on `table4_ablation`'s output, at concurrencies `c_lo` and `c_hi`."""
+  """One report sentence on `table4_ablation`'s output, at concurrencies `c_lo` and `c_hi`.
+
+  Example:
+    >>> from configs import ebplus                        # the experiment's config
+    >>> sim = ebplus.get_config("smoke").sim
+    >>> sentence = table4_summary(table4_ablation(sim, seed=0), 16, 64)
+    >>> sentence[:40], "(r-dagger 0.80: MB at every N)" in sentence
+    ("Paper calibrations at Table 4's workload", True)
+  """
   cross, runs = ablation["table4_crossover"], ablation["table4_shipped"]
   r, sh = cross["H200/refit"], cross["H200/shipped"]
   out = (f"Paper calibrations at Table 4's workload, Prop. 4 at N=max_num_seqs: H200 left {r['left_us']:+.2f} vs "
@@ -216,6 +263,12 @@ def run_seed(config: ml_collections.ConfigDict, seed: int) -> dict[str, Any]:
   Returns:
     {"fig4", "table4", "table5", "bandwidth_sweep"}: `fig4_table4`, `table5` and
     `bandwidth_sweep` of this seed.
+
+  Example (skipped: it simulates every section, seconds of CPU)::
+
+    >>> from configs import ebplus  # doctest: +SKIP
+    >>> sorted(run_seed(ebplus.get_config("smoke"), seed=0))  # doctest: +SKIP
+    ['bandwidth_sweep', 'fig4', 'table4', 'table5']
   """
   out = fig4_table4(config.sim, seed)
   out["table5"] = table5(config.sim, seed)

@@ -108,6 +108,15 @@ def step_pricer(backend: Backend) -> Callable[[SlotState, StepPlan, float | int 
   is applied to `state`. The backend's kind is decided here, once per run:
   `StepExecutor` is a runtime Protocol, and an `isinstance` check against it costs
   ~30 us, as much as pricing a step.
+
+  Example:
+    >>> from jaxlab.serving import cost, schedulers
+    >>> state = schedulers.SlotState(num_slots=4, capacity=10_000)
+    >>> state.submit(0, prompt=512, output=4)
+    >>> plan = schedulers.MBScheduler(max_num_seqs=4, token_budget=2048).schedule(state)
+    >>> price = step_pricer(cost.H200_QWEN3_8B)
+    >>> round(price(state, plan, None) * 1e3, 2)  # ms: alpha_MB + beta_MB^e(0) * 512
+    14.05
   """
   if isinstance(backend, StepExecutor):
     return lambda state, plan, share: float(backend.execute(state, plan))
@@ -184,6 +193,15 @@ def simulate(scheduler: Scheduler, backend: Backend,
 
   Returns:
     A `SimResult`.
+
+  Example:
+    >>> from jaxlab.serving import cost, schedulers, workload
+    >>> model, wl = cost.H200_QWEN3_8B, workload.Workload(mu_l=64.0, mu_o=32.0)
+    >>> mb = simulate(schedulers.MBScheduler(8, 256), model, wl, concurrency=8, num_requests=40)
+    >>> eb = simulate(schedulers.EBScheduler(model, 8, 256, capacity=10**6), model, wl,
+    ...               concurrency=8, num_requests=40)
+    >>> mb.completed, mb.eb_step_share, eb.eb_step_share, mb.throughput > eb.throughput
+    (40, 0.0, 1.0, True)
   """
   if isinstance(workload, Workload):
     if concurrency is None or num_requests is None:

@@ -9,6 +9,7 @@ trains the base model once into a cache directory and reloads it afterwards
 import json
 import math
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from jax.typing import ArrayLike
 
 from jaxlab import data
 from jaxlab.nn import Transformer, TransformerConfig
@@ -49,15 +51,63 @@ def next_byte_loss(model: Transformer):
   return loss_fn
 
 
+def bits_per_byte(nats: Callable[[Any, Any], ArrayLike], params: Any, batches: Sequence[Any], *,
+                  num_bytes: int | float | None = None) -> float | np.ndarray:
+  """Held-out bits/byte of `params`: the nats `nats` gives on `batches`, per byte, in bits.
+
+  The one bits/byte evaluator of the library. A byte-level model predicts the same
+  number of bytes in every batch, and `nats(params, batch)` is a batch's mean next-byte
+  cross-entropy: the result is the mean over batches / ln 2 (`num_bytes` None). A model
+  over other tokens (each covering one or more bytes of text) returns each batch's total
+  nats instead, and `num_bytes` is the bytes of text its batches cover: the result is
+  total nats / `num_bytes` / ln 2, comparable across tokenizers.
+
+  Args:
+    nats: `nats(params, batch)` -> a scalar, or [S] for S models evaluated at once (e.g.
+      vmapped over seeds); jit it once and reuse it across calls.
+    params: the model's parameters (any pytree `nats` takes).
+    batches: the held-out batches, in a fixed order (accumulated in float64 in that order).
+    num_bytes: None for per-batch means of a byte-level model, else the total bytes.
+
+  Returns:
+    bits/byte, a float (or a float64 array [S]); NaN where the total is not finite: a
+    diverged model is a missing value, never +inf.
+
+  Raises:
+    ValueError: `batches` is empty, or `num_bytes` is not > 0.
+
+  Example:
+    >>> import numpy as np
+    >>> uniform = lambda params, batch: np.float32(np.log(256.0))  # mean nats of a byte
+    >>> round(bits_per_byte(uniform, None, [0, 1]), 6)
+    8.0
+    >>> total = lambda params, batch: np.float32(2 * np.log(256.0))  # two bytes per batch
+    >>> round(bits_per_byte(total, None, [0, 1, 2], num_bytes=6), 6)
+    8.0
+  """
+  if not len(batches):
+    raise ValueError("batches must hold at least one batch")
+  if num_bytes is not None and not num_bytes > 0:
+    raise ValueError(f"num_bytes must be > 0 (the bytes the batches cover), got {num_bytes!r}")
+  total = 0.0
+  for batch in batches:
+    total = total + np.asarray(nats(params, batch), np.float64)
+  per_byte = total / (len(batches) if num_bytes is None else num_bytes) / math.log(2)
+  per_byte = np.where(np.isfinite(per_byte), per_byte, np.nan)
+  return float(per_byte) if per_byte.ndim == 0 else per_byte
+
+
 def eval_bits_per_byte(model: Transformer, params: Any, tokens: np.ndarray, *, batch_size: int,
                        seq_len: int, num_batches: int, seed: int) -> float:
-  """Mean next-byte cross-entropy in bits over fixed, seeded windows of `tokens`."""
+  """Mean next-byte cross-entropy in bits over fixed, seeded windows of `tokens`.
+
+  `bits_per_byte` on `num_batches` windows `data.lm_batch(tokens, i, ..., seed=seed)`;
+  NaN for a diverged model.
+  """
   loss_fn = jax.jit(next_byte_loss(model))
-  total = 0.0
-  for i in range(num_batches):
-    batch = data.lm_batch(tokens, i, batch_size=batch_size, seq_len=seq_len, seed=seed)
-    total += float(loss_fn(params, batch, None)[0])
-  return total / num_batches / math.log(2)
+  batches = [data.lm_batch(tokens, i, batch_size=batch_size, seq_len=seq_len, seed=seed)
+             for i in range(num_batches)]
+  return bits_per_byte(lambda p, batch: loss_fn(p, batch, None)[0], params, batches)
 
 
 def train_lm(config: ml_collections.ConfigDict, workdir: str, *, model: Transformer | None = None,

@@ -49,7 +49,7 @@ def train_loop(state: TrainState, train_step: Callable, batch_fn: Callable[[int]
     workdir: holds `checkpoints/` and `metrics.jsonl`.
     checkpoint_every: save interval; the last step is always saved.
     log_every: write train metrics every this many steps (and at the end).
-    eval_fn: optional `eval_fn(params) -> metrics`, logged with prefix "eval_".
+    eval_fn: optional `eval_fn(params) -> metrics`, logged with prefix ``"eval_"``.
     eval_every: evaluation interval (0: only at the end).
 
   Returns:

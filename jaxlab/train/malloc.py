@@ -1,9 +1,9 @@
 """glibc's malloc keeps the memory XLA:CPU frees, so the next call reuses it.
 
-XLA:CPU allocates an executable's temporaries as one block per call (678 MiB for issue
-18's training step) and frees it when the call ends. glibc serves a block that large with
-mmap and gives it back with munmap, so every step page-faults all of it in again: 174k
-faults of 4 KiB, about half of that step's 0.75 s on 2 cores. `reuse_freed_memory` sets
+XLA:CPU allocates an executable's temporaries as one block per call (hundreds of MiB for
+a small LM's training step) and frees it when the call ends. glibc serves a block that
+large with mmap and gives it back with munmap, so every step page-faults all of it in
+again, 4 KiB at a time: for a small model that can be half the step's time. `reuse_freed_memory` sets
 three malloc options (mallopt) before XLA starts its threads:
 
   * one arena: XLA's worker threads allocate from the main heap, which grows with brk

@@ -2,7 +2,7 @@
 
 Every trainer in the library and every experiment builds its optax optimizer
 here, from the config's `optimizer` section, so `--config.optimizer.learning_rate`
-(or any other key below) reaches the optimizer in one stop, with one meaning:
+(or any other key below) reaches the optimizer in one stop, with one meaning::
 
   name           "adamw" (default), "adam" (AdamW without weight decay) or "sgd"
   learning_rate  the peak learning rate (required)
@@ -17,7 +17,10 @@ here, from the config's `optimizer` section, so `--config.optimizer.learning_rat
 A named sub-optimizer (a second stage, or one network of several: SAC's actor,
 critic and alpha; an SFT stage before RL) is a section `optimizer.<stage>` whose
 keys override the top-level ones: `stage="actor"` resolves `optimizer.actor` over
-`optimizer`. A key the builder does not know, or one the named optimizer would not
+`optimizer`. A trainer whose sections must not take the top level's optimizer
+settings (SAC's networks, when the top level is another trainer's clipped Adam)
+passes `inherit=SCHEDULE_KEYS`: its sections then inherit the schedule alone.
+A key the builder does not know, or one the named optimizer would not
 read (`momentum` with adamw), is a `ValueError` naming it: no key is silently
 ignored. The one exception is documented in `make_schedule`: a "constant" schedule
 leaves the warmup keys unread, so `--config.optimizer.schedule=constant` alone
@@ -25,7 +28,7 @@ switches a schedule off.
 """
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optax
@@ -35,8 +38,9 @@ from jaxlab.train.schedules import make_schedule
 
 NAMES = ("adamw", "adam", "sgd")
 # Keys every optimizer reads, and the keys each name adds.
-_SCHEDULE_KEYS = ("learning_rate", "schedule", "warmup_steps", "warmup_frac", "end_frac")
-_COMMON_KEYS = ("name", "grad_clip", *_SCHEDULE_KEYS)
+# The learning-rate schedule's keys (`make_schedule`): what a stage shares at the least.
+SCHEDULE_KEYS = ("learning_rate", "schedule", "warmup_steps", "warmup_frac", "end_frac")
+_COMMON_KEYS = ("name", "grad_clip", *SCHEDULE_KEYS)
 _NAME_KEYS = {
     "adamw": ("b1", "b2", "eps", "weight_decay"),
     "adam": ("b1", "b2", "eps"),
@@ -45,8 +49,8 @@ _NAME_KEYS = {
 KEYS = tuple(dict.fromkeys(_COMMON_KEYS + sum(_NAME_KEYS.values(), ())))
 
 
-def resolve(config: Any, stage: str | None = None, *,
-            prefix: str = "optimizer") -> dict[str, Any]:
+def resolve(config: Any, stage: str | None = None, *, prefix: str = "optimizer",
+            inherit: Sequence[str] | None = None) -> dict[str, Any]:
   """The flat optimizer fields of `config` (an `optimizer` section), `stage` applied.
 
   Args:
@@ -55,12 +59,15 @@ def resolve(config: Any, stage: str | None = None, *,
     stage: the sub-optimizer to resolve over the top-level fields, or None for the
       top level alone.
     prefix: how the section is spelled on the command line, for error messages.
+    inherit: the top-level keys a stage inherits; None: all of them.
 
   Returns:
-    {key: value} with the stage's keys over the top-level ones, sections dropped.
+    {key: value} with the stage's keys over the (inherited) top-level ones, sections
+    dropped.
 
   Raises:
-    ValueError: `stage` names no section of `config`, or a section holds a section.
+    ValueError: `stage` names no section of `config`, a section holds a section, or
+      `inherit` names a key the builder does not know.
 
   Example:
     >>> import ml_collections
@@ -68,12 +75,20 @@ def resolve(config: Any, stage: str | None = None, *,
     ...                                      actor=dict(learning_rate=3e-4)))
     >>> resolve(opt, "actor")
     {'learning_rate': 0.0003, 'schedule': 'constant'}
+    >>> opt.grad_clip = 0.5
+    >>> resolve(opt, "actor", inherit=SCHEDULE_KEYS)   # the top level's clip stays there
+    {'learning_rate': 0.0003, 'schedule': 'constant'}
   """
   fields = _plain(config)
   sections = {k: v for k, v in fields.items() if isinstance(v, Mapping)}
   out = {k: v for k, v in fields.items() if k not in sections}
   if stage is None:
     return out
+  if inherit is not None:
+    unknown = [k for k in inherit if k not in KEYS]
+    if unknown:
+      raise ValueError(f"inherit names {unknown[0]!r}, not an optimizer key; known: {KEYS}")
+    out = {k: v for k, v in out.items() if k in inherit}
   if stage not in sections:
     raise ValueError(f"{prefix}.{stage} is not a section of the config (sub-optimizers: "
                      f"{sorted(sections) or 'none'})")
@@ -85,8 +100,8 @@ def resolve(config: Any, stage: str | None = None, *,
 
 def optimizer(config: Any, num_steps: ArrayLike, *, stage: str | None = None,
               base: Callable[..., optax.GradientTransformation] | None = None,
-              inject_hyperparams: bool = False,
-              prefix: str = "optimizer") -> optax.GradientTransformation:
+              inject_hyperparams: bool = False, prefix: str = "optimizer",
+              inherit: Sequence[str] | None = None) -> optax.GradientTransformation:
   """The optax optimizer of `config` (the `optimizer` section) for a run of `num_steps`.
 
   Args:
@@ -102,6 +117,7 @@ def optimizer(config: Any, num_steps: ArrayLike, *, stage: str | None = None,
       state carries the current learning rate (`state.hyperparams["learning_rate"]`,
       inside the clip's chain when `grad_clip` is set) for logging or overriding.
     prefix: how the section is spelled on the command line, for error messages.
+    inherit: the top-level keys `stage` inherits (`resolve`); None: all of them.
 
   Returns:
     `optax.chain(clip_by_global_norm(grad_clip), <named optimizer>)`, or the named
@@ -121,7 +137,7 @@ def optimizer(config: Any, num_steps: ArrayLike, *, stage: str | None = None,
     >>> sft = optimizer(opt, num_steps=50, stage="sft")   # 1e-4, the rest as above
   """
   where = f"{prefix}.{stage}" if stage else prefix
-  fields = resolve(config, stage, prefix=prefix)
+  fields = resolve(config, stage, prefix=prefix, inherit=inherit)
   name = fields.get("name", "adamw")
   if name not in NAMES:
     raise ValueError(f"{where}.name must be one of {NAMES}, got {name!r}")

@@ -1,6 +1,7 @@
 """Progress of long loops (training steps, sweep arms): a bar where someone watches, log lines elsewhere.
 
 `Progress` picks one of three modes (`progress_mode`):
+
   * "bar": a tqdm bar on stderr when it is a terminal, or in a notebook kernel (tqdm's
     widget where ipywidgets is installed). It shows i/N, the rate, elapsed time and
     ETA, plus what the loop reports (the training loss); a top-level bar stays on
@@ -11,6 +12,7 @@
     handler (a plain script) the lines go to stderr. Off a terminal: CI, log files,
     `launch.reproduce` piped to a file.
   * "off": nothing, on JAX processes other than 0.
+
 `JAXLAB_PROGRESS=bar|log|off` overrides the choice; `TQDM_DISABLE=1` hides bars.
 """
 

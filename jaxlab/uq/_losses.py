@@ -180,7 +180,7 @@ def edl_loss(
     targets: Targets,
     kl_weight: float | Array = 1.0,
 ) -> Float[Array, "*b"]:
-  """EDL (Sensoy et al., 2018) MSE-Dirichlet loss with the KL evidence regulariser.
+  """EDL (Sensoy et al., 2018) MSE-Dirichlet loss with the KL evidence regulariser::
 
     L = sum_j (y_j - p_j)^2 + p_j (1 - p_j) / (S + 1)
         + kl_weight * KL(Dir(alpha_tilde) || Dir(1)),

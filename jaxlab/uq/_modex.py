@@ -380,7 +380,7 @@ class MoDEXHead(nn.Module):
     num_layers: hidden layers of the tau / omega MLPs.
     shared_advocacy: if True, one scalar tau per example broadcast to all
       classes: the F-EDL head.
-    log_alpha_clip: |log alpha| is clipped to this.
+    log_alpha_clip: ``|log alpha|`` is clipped to this.
     tau_max: upper bound of tau.
     dtype: computation dtype of the layers (None: inferred from inputs and
       params, as in `flax.linen.Dense`). The activations and the returned

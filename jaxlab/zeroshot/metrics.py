@@ -167,7 +167,7 @@ def chance_levels(groups: Int[Array, " c"], seen: Bool[Array, " c"]
 
   A uniformly random argmax over all c classes hits each class with probability 1/c, so
   s = u = H = 1/c; over the unseen classes only, T = 1/#unseen; among the true group's
-  classes, an unseen class c is hit with probability 1/|group(c)| (`within`, averaged
+  classes, an unseen class c is hit with probability 1 / size(group(c)) (`within`, averaged
   over the unseen classes as the per-class metric is).
 
   Args:

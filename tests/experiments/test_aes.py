@@ -10,6 +10,8 @@ import pytest
 from configs import aes as aes_config
 from jaxlab.experiments import aes
 from jaxlab.report import judge_all, read_results
+from jaxlab.rl import sac
+from jaxlab.train import optimizers
 
 NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "colabs", "aes.ipynb")
 
@@ -126,18 +128,21 @@ class _Ran(Exception):
   pass
 
 
-def test_a_schedule_the_tasks_ignore_is_a_value_error(monkeypatch, tmp_path):
-  # SAC / PPO take constant learning rates; a cosine schedule must not be silently dropped.
-  def ran(*args, **kwargs):
+def test_a_schedule_reaches_the_sac_optimizers(monkeypatch, tmp_path):
+  # SAC's networks inherit the top level's schedule (jaxlab.train.optimizer honours it),
+  # never the top level's clip or eps (PPO's).
+  seen = []
+
+  def spy(opt, num_steps, **kwargs):
+    seen.append(optimizers.resolve(opt, kwargs["stage"], inherit=kwargs["inherit"]))
     raise _Ran
-  monkeypatch.setattr(aes, "_run_task", ran)
+  monkeypatch.setattr(sac, "build_optimizer", spy)
   config = aes_config.get_config("smoke")
   config.optimizer.schedule = "warmup_cosine"
-  with pytest.raises(ValueError, match="optimizer.schedule"):
-    aes.run(config, str(tmp_path))
-  config.optimizer.schedule = "constant"
+  config.optimizer.warmup_frac = 0.1
   with pytest.raises(_Ran):
     aes.run(config, str(tmp_path))
+  assert seen == [dict(learning_rate=1e-3, schedule="warmup_cosine", warmup_frac=0.1)]
 
 
 def test_repeated_seeds_are_a_value_error_before_any_work(monkeypatch, tmp_path):

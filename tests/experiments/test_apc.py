@@ -7,6 +7,7 @@ import pytest
 
 from configs import apc as apc_config
 from jaxlab import codecomp
+from jaxlab.codecomp.evaluation import cost_sweep
 from jaxlab.experiments import apc
 from jaxlab.report import VERDICTS, judge_all, read_results
 from jaxlab.train import lm as train_lm
@@ -188,7 +189,7 @@ def test_sweep_ends_at_hard_completion_above_every_entropy():
   ex = codecomp.Completions(np.zeros((b, 1), np.int32), rng.integers(97, 100, (b, n)),
                             np.full(b, n, np.int32), np.zeros(b))
   costs = codecomp.CostModel()
-  sweep = apc._sweep(dec, ex, (0.5, np.log(256) + 1e-3), costs)
+  sweep = cost_sweep(dec, ex, (0.5, np.log(256) + 1e-3), costs)
   hc = codecomp.score(tokens, lengths, ex.targets, ex.target_lens, tokens, costs).cost
   assert sweep[1] == pytest.approx(float(np.mean(hc)))
   assert sweep[0] != sweep[1]  # the low threshold does place placeholders

@@ -8,17 +8,19 @@ the experiment ignored would fail it.
 
 import pathlib
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 import jaxlab.train
-from jaxlab.experiments import REGISTRY, aes, apc, eco, qat_scaling, ucpo, zeroshot
+from jaxlab.experiments import REGISTRY, aes, apc, ucpo, zeroshot
 from jaxlab.experiments import modex as modex_exp
+from jaxlab.optim import master_free
+from jaxlab.quant import qat_grid
 from jaxlab.rl import sac
 from jaxlab.train import lm as train_lm
+from jaxlab.train import optimizers
 from jaxlab.uq import classifiers
 from launch.configs import load_config
 
@@ -60,20 +62,20 @@ def test_fp4_base_model_follows_the_learning_rate(tmp_path):
 
 
 def test_eco_lm_arms_use_optimizer_learning_rate(monkeypatch):
+  # ECO's LM arms build their optimizer with `jaxlab.train.optimizer` (base= ECO's AdamW)
+  # from config.optimizer (tests/jaxlab/train/test_optimizers.py checks every key of it).
   config = load_config("eco", "smoke")
   config.optimizer.learning_rate = 0.25
   seen = []
-  real = jaxlab.train.make_schedule
 
-  def spy(opt, num_steps):
-    sched = real(opt, num_steps)
-    seen.append(float(sched(opt.warmup_steps)))
+  def spy(opt, num_steps, **kwargs):
+    seen.append((opt.learning_rate, num_steps, kwargs["base"].func.__name__))
     raise _Stop
 
-  monkeypatch.setattr(jaxlab.train, "make_schedule", spy)
+  monkeypatch.setattr(master_free, "optimizer", spy)
   with pytest.raises(_Stop):
-    eco.train_arm(config, "eco_sr", "fp8_e4m3", corpus=None, model=None)
-  assert seen == [pytest.approx(0.25)]
+    master_free.lm_program(config, "eco_sr", "fp8_e4m3", model=None)
+  assert seen == [(pytest.approx(0.25), config.train.num_steps, "eco_adamw")]
 
 
 def test_modex_uses_optimizer_learning_rate(monkeypatch):
@@ -99,49 +101,57 @@ def test_modex_uses_optimizer_learning_rate(monkeypatch):
 
 
 def test_qat_scaling_uses_optimizer_learning_rate(monkeypatch):
+  # The grid's trainer builds its optimizer with `jaxlab.train.optimizer` from
+  # config.optimizer (tests/jaxlab/train/test_optimizers.py checks every key of it).
   config = load_config("qat_scaling", "smoke")
   config.optimizer.learning_rate = 0.5
   seen = []
 
-  def spy(model, t, opt):
-    sched = jaxlab.train.make_schedule(opt, jnp.int32(100))
-    seen.append(float(jax.jit(sched)(jnp.int32(10))))
+  def spy(opt, num_steps, **kwargs):
+    seen.append(opt.learning_rate)
     raise _Stop
 
-  monkeypatch.setattr(qat_scaling, "make_trainer", spy)
+  monkeypatch.setattr(qat_grid, "optimizer", spy)
   with pytest.raises(_Stop):
-    qat_scaling.run_cells(config, "/nonexistent-never-written")
+    qat_grid.train_cells(config, config.seeds)
   assert seen == [pytest.approx(0.5)]
 
 
 def test_aes_sac_and_ppo_use_optimizer_learning_rates(monkeypatch):
+  # SAC builds each network's optimizer from `optimizer.<network>`, PPO from the top level,
+  # both with `jaxlab.train.optimizer` (whose keys tests/jaxlab/train/test_optimizers.py
+  # checks): the spies see the learning rate each builder call resolves.
+  from jaxlab.rl import ppo
+  seen = []
+
+  def spy_builder(real):
+    def spy(opt, num_steps, **kwargs):
+      seen.append(optimizers.resolve(opt, kwargs.get("stage"),
+                                     inherit=kwargs.get("inherit"))["learning_rate"])
+      return real(opt, num_steps, **kwargs)
+    return spy
+
+  def stop_after(real):
+    def make(*args):
+      real(*args)
+      raise _Stop
+    return make
+
+  for module in (sac, ppo):
+    monkeypatch.setattr(module, "build_optimizer", spy_builder(module.build_optimizer))
+    monkeypatch.setattr(module, "make_train", stop_after(module.make_train))
   config = load_config("aes", "smoke")
   config.optimizer.actor.learning_rate = 0.1
   config.optimizer.critic.learning_rate = 0.2
   config.optimizer.alpha.learning_rate = 0.3
-  seen = []
-
-  def spy(env, cfg, drift):
-    seen.append((cfg.actor_lr, cfg.critic_lr, cfg.alpha_lr))
-    raise _Stop
-
-  monkeypatch.setattr(sac, "make_train", spy)
   with pytest.raises(_Stop):
-    aes._run_task(config.pendulum, "abrupt", config)
-  assert seen == [(0.1, 0.2, 0.3)]
-  full = load_config("aes", "full")  # PPO (cartpole) takes the single optimizer.learning_rate
+    aes._run_task(config.pendulum, "abrupt", config, [0])
+  assert seen == [0.1, 0.2, 0.3]
+  full = load_config("aes", "full")  # PPO (cartpole) takes the top-level learning rate
   full.optimizer.learning_rate = 0.05
-  from jaxlab.rl import ppo
-  ppo_seen = []
-
-  def ppo_spy(env, cfg, drift):
-    ppo_seen.append(cfg.lr)
-    raise _Stop
-
-  monkeypatch.setattr(ppo, "make_train", ppo_spy)
   with pytest.raises(_Stop):
-    aes._run_task(full.cartpole, "abrupt", full)
-  assert ppo_seen == [0.05]
+    aes._run_task(full.cartpole, "abrupt", full, [0])
+  assert seen[3:] == [0.05]
 
 
 def test_ebplus_has_no_learning_rate():
@@ -149,13 +159,21 @@ def test_ebplus_has_no_learning_rate():
   assert "optimizer" not in load_config("ebplus", "smoke")
 
 
-def test_ucpo_stages_use_optimizer_learning_rates():
+def test_ucpo_stages_use_optimizer_learning_rates(monkeypatch):
+  # The RL stage's optimizer is the top level of `optimizer`, the SFT stage's
+  # `optimizer.sft`, both built by `jaxlab.train.optimizer`: the spy sees what each resolves.
   config = load_config("ucpo", "smoke")
   config.optimizer.learning_rate = 0.25       # the RL stage (constant schedule)
   config.optimizer.sft.learning_rate = 0.5    # the SFT stage
-  _, _, sft_cfg, rl_cfg = ucpo._configs(config)
-  assert rl_cfg.learning_rate == pytest.approx(0.25)
-  assert sft_cfg.learning_rate == pytest.approx(0.5)
+  seen, real = {}, jaxlab.train.optimizer
+
+  def spy(opt, num_steps, *, stage=None, **kwargs):
+    seen[stage] = optimizers.resolve(opt, stage)["learning_rate"]
+    return real(opt, num_steps, stage=stage, **kwargs)
+
+  monkeypatch.setattr(jaxlab.train, "optimizer", spy)
+  ucpo._configs(config)
+  assert seen == {None: pytest.approx(0.25), "sft": pytest.approx(0.5)}
 
 
 @pytest.mark.parametrize("stage", ["sft", "rl"])

@@ -1,12 +1,16 @@
 """The `opl` experiment: smoke run, per-arm resume, arms, the learning rate, failing criteria."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from configs import opl as opl_config
 from jaxlab.experiments import opl
-from jaxlab.privacy import mil
+from jaxlab.privacy import evaluation
 from jaxlab.report import VERDICTS, judge_all, read_results
+from jaxlab.train import optimizer
 
 
 @pytest.fixture(scope="module")
@@ -80,20 +84,39 @@ class _Stop(Exception):
 
 
 def test_opl_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  # Every arm trains with `jaxlab.train.optimizer(config.optimizer, train.num_steps)` (its
+  # keys are tested in tests/jaxlab/train/test_optimizers.py).
   config = opl_config.get_config("smoke")
   config.optimizer.learning_rate = 0.0125
   seen = []
-  real = mil.make_optimizer
 
-  def spy(learning_rate):
-    seen.append(float(learning_rate(0)) if callable(learning_rate) else float(learning_rate))
-    real(learning_rate)
+  def spy(opt, num_steps, **kw):
+    seen.append((opt["learning_rate"], num_steps))
     raise _Stop
 
-  monkeypatch.setattr(mil, "make_optimizer", spy)
+  monkeypatch.setattr(evaluation, "optimizer", spy)
   with pytest.raises(_Stop):
     opl.run(config, str(tmp_path))
-  assert seen == [pytest.approx(0.0125)]
+  assert seen == [(pytest.approx(0.0125), config.train.num_steps)]
+
+
+def test_the_config_builds_the_adam_it_always_did():
+  # RTFM's head trains with Adam at the config's constant rate: optax.adam(3e-3).
+  config = opl_config.get_config("quick")
+  params = {"w": jnp.asarray([0.5, -1.0, 2.0])}
+
+  def trajectory(tx):
+    p, state, out = params, tx.init(params), []
+    for i in range(8):
+      grads = jax.tree.map(lambda v, i=i: jnp.sin(v + 0.3 * i) * 3.0, p)
+      updates, state = tx.update(grads, state, p)
+      p = optax.apply_updates(p, updates)
+      out.append(np.asarray(p["w"]))
+    return np.stack(out)
+
+  np.testing.assert_array_equal(
+      trajectory(optimizer(config.optimizer, config.train.num_steps)),
+      trajectory(optax.adam(3e-3)))
 
 
 def _measured(gopl_vs_rest: float, noise: float, seeds: int = 3) -> dict:

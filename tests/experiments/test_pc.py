@@ -5,7 +5,7 @@ import pytest
 
 from configs import pc as pc_config
 from jaxlab.experiments import pc
-from jaxlab.pc import training
+from jaxlab.pc import evaluation
 from jaxlab.presets import split_names
 from jaxlab.report import VERDICTS, judge_all, read_results
 
@@ -49,18 +49,20 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
 
 
 def test_pc_uses_optimizer_learning_rate(monkeypatch):
+  # Every model trains with `jaxlab.train.optimizer(config.optimizer, num_steps)` (its keys
+  # are checked in tests/jaxlab/train/test_optimizers.py), the HFV cell offsets frozen.
   config = pc_config.get_config("smoke")
   config.optimizer.learning_rate = 0.0123
   seen = []
 
-  def spy(learning_rate, params, **kwargs):
-    seen.append(learning_rate)
+  def spy(opt, num_steps, **kwargs):
+    seen.append((opt["learning_rate"], num_steps))
     raise _Stop
 
-  monkeypatch.setattr(training, "make_optimizer", spy)
+  monkeypatch.setattr(evaluation, "optimizer", spy)
   with pytest.raises(_Stop):
     pc.run_dataset("moons", config)
-  assert seen == [pytest.approx(0.0123)]
+  assert seen == [(pytest.approx(0.0123), config.train.num_steps)]
 
 
 def _per_ds(vt_minus_base: float, hfv_minus_base: float, high_gap: float, seeds: int = 3,
@@ -144,14 +146,14 @@ def test_ll_criteria_have_no_signal_when_the_base_is_at_the_gaussian_floor():
 def test_bracket_violation_reads_both_sides_and_the_tail():
   vt = dict(log_z_lo=[[-1.0, -0.5]], log_z_hi=[[0.0, -0.2]], log_z_quad=[-0.3],
             log_z_tail=[-40.0])
-  np.testing.assert_allclose(pc._bracket_violation(vt), [0.0])
+  np.testing.assert_allclose(evaluation.bracket_violation(vt), [0.0])
   # Z above the final Z+: the violation is the excess, from the worst step.
-  np.testing.assert_allclose(pc._bracket_violation({**vt, "log_z_quad": [-0.1]}), [-0.1],
+  np.testing.assert_allclose(evaluation.bracket_violation({**vt, "log_z_quad": [-0.1]}), [-0.1],
                              atol=1e-12)
   # Z below Z-: not rescued by a negligible tail, rescued by a tail that could hold the mass.
   low = {**vt, "log_z_quad": [-0.7]}
-  np.testing.assert_allclose(pc._bracket_violation(low), [-0.2], atol=1e-9)
-  assert pc._bracket_violation({**low, "log_z_tail": [np.log(0.2)]})[0] == 0.0
+  np.testing.assert_allclose(evaluation.bracket_violation(low), [-0.2], atol=1e-9)
+  assert evaluation.bracket_violation({**low, "log_z_tail": [np.log(0.2)]})[0] == 0.0
 
 
 def test_bound_gaps_compare_at_one_box_budget(monkeypatch):
@@ -164,7 +166,7 @@ def test_bound_gaps_compare_at_one_box_budget(monkeypatch):
     seen[model.circuit.num_vars] = bound_cfg[2]
     raise _Stop
 
-  monkeypatch.setattr(pc, "_programs", spy)
+  monkeypatch.setattr(evaluation, "_programs", spy)
   config = pc_config.get_config("smoke")
   config.models = "vt"
   config.vt.update(capacity=16, capacity_high_dim=4)
@@ -216,7 +218,7 @@ def test_non_finite_training_raises_instead_of_reporting_nan(monkeypatch):
       return dict(mean_log_f=np.zeros(x_test.shape[0]))
     return train, evaluate
 
-  monkeypatch.setattr(pc, "_programs", programs)
+  monkeypatch.setattr(evaluation, "_programs", programs)
   config = pc_config.get_config("smoke")
   config.models = "base"
   with pytest.raises(FloatingPointError, match=r"base on moons .* seeds \[1\]"):

@@ -3,12 +3,16 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from configs import spatial_deconfounder as sd_config
 from jaxlab import causal
+from jaxlab.causal import evaluation
 from jaxlab.experiments import spatial_deconfounder as sd
 from jaxlab.report import VERDICTS, judge_all, read_results
+from jaxlab.train import make_schedule, optimizer
+from jaxlab.train.optimizers import resolve
 
 
 def test_smoke_run_writes_table_and_resumes(tmp_path):
@@ -59,25 +63,48 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
 
 
 def test_spatial_deconfounder_uses_optimizer_learning_rate(monkeypatch):
+  # Both stages build their optimizer with `jaxlab.train.optimizer` (its keys are tested
+  # in tests/jaxlab/train/test_optimizers.py): the CVAE from the top level, the MLP head
+  # from the "mlp_head" section.
   config = sd_config.get_config("smoke")
   config.optimizer.learning_rate = 0.25           # stage 1: the CVAE (warmup-cosine)
   config.optimizer.mlp_head.learning_rate = 0.5   # stage 2: the MLP head
   seen = {}
-  real_cvae, real_mlp = causal.make_cvae_trainer, causal.make_mlp_head
+  real = evaluation.optimizer
 
-  def spy_cvae(cfg, learning_rate, **kw):
-    seen["cvae"] = float(learning_rate(0)) if callable(learning_rate) else learning_rate
-    return real_cvae(cfg, learning_rate, **kw)
+  def spy(opt, num_steps, *, stage=None, **kw):
+    seen[stage] = (resolve(opt, stage)["learning_rate"], num_steps)
+    return real(opt, num_steps, stage=stage, **kw)
 
-  def spy_mlp(**kw):
-    seen["mlp"] = kw["learning_rate"]
-    return real_mlp(**kw)
-
-  monkeypatch.setattr(causal, "make_cvae_trainer", spy_cvae)
-  monkeypatch.setattr(causal, "make_mlp_head", spy_mlp)
+  monkeypatch.setattr(evaluation, "optimizer", spy)
   sd.make_cvae_trainer(config, 4)
   sd.make_mlp_head(config)
-  assert seen == {"cvae": pytest.approx(0.25), "mlp": pytest.approx(0.5)}
+  assert seen == {None: (0.25, config.train.num_steps),
+                  "mlp_head": (0.5, config.mlp_head.num_steps)}
+
+
+def _trajectory(tx, steps: int = 8):
+  params = {"w": jnp.asarray([0.5, -1.0, 2.0]), "b": jnp.asarray(0.3)}
+  state, out = tx.init(params), []
+  for i in range(steps):
+    grads = jax.tree.map(lambda p, i=i: jnp.sin(p + 0.3 * i) * 3.0, params)
+    updates, state = tx.update(grads, state, params)
+    params = optax.apply_updates(params, updates)
+    out.append(np.concatenate([np.ravel(v) for v in jax.tree.leaves(params)]))
+  return np.stack(out)
+
+
+def test_the_config_builds_the_optimizers_it_always_did():
+  # The CVAE: global-norm clip 1 then AdamW (weight decay 1e-4) on the cosine schedule;
+  # the MLP head: plain Adam at a constant 1e-2.
+  config = sd_config.get_config("quick")
+  n = config.train.num_steps
+  old_cvae = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
+      make_schedule(config.optimizer, n), weight_decay=1e-4))
+  np.testing.assert_array_equal(_trajectory(optimizer(config.optimizer, n)),
+                                _trajectory(old_cvae))
+  mlp = optimizer(config.optimizer, config.mlp_head.num_steps, stage="mlp_head")
+  np.testing.assert_array_equal(_trajectory(mlp), _trajectory(optax.adam(1e-2)))
 
 
 def test_bad_config_is_refused(tmp_path):
@@ -99,7 +126,7 @@ def test_latent_map_is_the_centre_pixel_first_channel():
   # The saved "substitute Z" map: with z_dim > 1 the old index (radius (2r+1) + r) read the
   # first channel of the patch's top-centre pixel instead of the site's own.
   radius, z_dim = 1, 4
-  model, _ = causal.make_cvae_trainer(causal.CVAEConfig(z_dim=z_dim, hidden=4), 1e-3)
+  model, _ = causal.make_cvae_trainer(causal.CVAEConfig(z_dim=z_dim, hidden=4), optax.adam(1e-3))
   a = jnp.asarray(np.arange(25).reshape(5, 5) % 3 == 0, jnp.float32)
   x = jnp.sin(jnp.arange(75.0)).reshape(5, 5, 3)
 

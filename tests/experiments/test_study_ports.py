@@ -14,7 +14,9 @@ import pytest
 from jaxlab.experiments import REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PORTED = ("lm", "oea", "kernelband", "modex", "ebplus", "zeroshot", "cramer", "cvgl", "sata")
+PORTED = ("lm", "oea", "kernelband", "modex", "ebplus", "aes", "ucpo", "apc", "pc",
+          "spatial_deconfounder", "opl", "fp4", "eco", "qat_scaling", "zeroshot", "cramer",
+          "cvgl", "sata")
 # What `Study` does for a run(): a ported module names none of these.
 SKELETON = frozenset({"ArmCache", "judge_all", "ReportRow", "write_results", "save_plot",
                       "makedirs", "config_seeds"})

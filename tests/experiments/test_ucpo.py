@@ -5,7 +5,7 @@ import numpy as np
 from configs import ucpo as ucpo_config
 from jaxlab.experiments import ucpo
 from jaxlab.presets import split_names
-from jaxlab.report import VERDICTS, judge_all, read_results
+from jaxlab.report import VERDICTS, interpretation, judge_all, read_results
 from jaxlab.rl import knowledge_task as kt
 
 
@@ -128,8 +128,11 @@ def test_interpretation_readings_rejudge_with_the_reading_arms():
   tables["ucpo@uncertain_norm=direct"] = _table(arms=["ucpo"], ucpo__all__paq=0.5)["ucpo"]
   tables["tad@uncertain_norm=direct"] = tables["tad"]
   tables["ucpo@dura_b=0.0"] = tables["ucpo"]
+  def interpret(knob, reading, measured, **kwargs):
+    return interpretation(knob, reading, config.criteria, measured, **kwargs)
+
   readings = {(i.knob, i.reading): i for i in
-              ucpo._interpretations(config, tables, ARMS, COUNTS, K)}
+              ucpo._interpretations(interpret, config, tables, ARMS, COUNTS, K)}
   assert readings[("ucpo.uncertain_norm", "batch")].verdict == "held"
   assert readings[("ucpo.uncertain_norm", "batch")].default
   assert readings[("ucpo.uncertain_norm", "direct")].verdict == "did not hold"

@@ -30,6 +30,11 @@ from hypothesis import strategies as st
 
 from jaxlab import codecomp, uq
 from jaxlab.codecomp import cost
+from jaxlab.distill import losses as dlosses
+from jaxlab.distill.sinkhorn import sinkhorn
+from jaxlab.pc import voronoi
+from jaxlab.privacy import metrics as pmetrics
+from jaxlab.recsys import metrics as recmetrics
 from jaxlab.retrieval import losses as rlosses
 from jaxlab.retrieval import metrics as rmetrics
 from jaxlab.retrieval import nig
@@ -275,7 +280,116 @@ RL = [
          ("levels",)),
 ]
 
-CASES = RETRIEVAL + UQ + ZEROSHOT + CODECOMP + RL
+# ----------------------------------------------------------------------------------- recsys
+
+_ITEMS = 9  # ids 1..8 are real items, 0 is padding
+
+
+def _item_scores(rng):
+  return _j(scores=_normal(rng, 4, _ITEMS), targets=np.array([1, 3, 5, 8]))
+
+
+def _ranked(ranks_fn):
+  """Ranks -> the HR/NDCG/MRR a study reports (the ranks alone are ints)."""
+  return lambda **kw: recmetrics.ranking_metrics(ranks_fn(**kw), k=3)
+
+
+RECSYS = [
+    Case("recsys.full_ranks", _ranked(recmetrics.full_ranks), _item_scores, ("scores",),
+         jit=True, per_row=True,
+         constant=lambda rng: (_j(scores=np.zeros((4, _ITEMS), np.float32),
+                                  targets=np.array([1, 3, 5, 8])),
+                               {"hr": np.zeros(4), "ndcg": np.zeros(4), "mrr": np.zeros(4)})),
+    Case("recsys.sampled_ranks", _ranked(recmetrics.sampled_ranks),
+         lambda rng: dict(**_item_scores(rng),
+                          negatives=jnp.array([[2, 4, 6], [1, 2, 4], [1, 2, 3], [2, 3, 4]])),
+         ("scores",), jit=True, per_row=True),
+    Case("recsys.top_k_genre_share", recmetrics.top_k_genre_share,
+         lambda rng: _j(scores=_normal(rng, 3, _ITEMS),
+                        item_genres=np.r_[np.zeros((1, 2)), np.eye(2)[rng.integers(0, 2, 8)]]
+                        .astype(np.float32), genre=np.array([0, 1, 0])),
+         ("scores",), static=dict(k=3), jit=True, per_row=True),
+]
+
+# ---------------------------------------------------------------------------------- distill
+
+
+def _renyi(alpha):
+  return Case(f"distill.renyi_entropy.{alpha}", dlosses.renyi_entropy,
+              lambda rng: _j(p=_simplex(rng, 3, 5)), ("p",), static=dict(alpha=alpha), jit=True,
+              per_row=True)
+
+
+def _token_pair(rng):
+  n, m, r = 3, 4, 3
+  return _j(topk_teacher=-np.sort(-_simplex(rng, n, r)), mapped_ids=rng.integers(0, 6, (n, r)),
+            logp_student=np.log(_simplex(rng, m, 6)), teacher_index=np.array([0, 1, 1, 2]),
+            valid=np.ones(m, np.float32))
+
+
+DISTILL = [_renyi(a) for a in (0.5, 1.0, 2.0, math.inf)] + [
+    Case("distill.kl_divergence", dlosses.kl_divergence,
+         lambda rng: _j(p=_simplex(rng, 3, 5), q=_simplex(rng, 3, 5)), ("p", "q"), jit=True,
+         per_row=True),
+    Case("distill.uld_distance", dlosses.uld_distance,
+         lambda rng: _j(p=_simplex(rng, 3, 5), q=_simplex(rng, 3, 4)), ("p", "q"), jit=True,
+         per_row=True),
+    Case("distill.mined_loss", dlosses.mined_loss, _token_pair, ("topk_teacher", "logp_student"),
+         jit=True),
+    Case("distill.dense_ot_loss", dlosses.dense_ot_loss,
+         lambda rng: _j(char_teacher=_simplex(rng, 3, 4), char_student=_simplex(rng, 5, 4)),
+         ("char_teacher", "char_student"), static=dict(num_iters=5), jit=True),
+    Case("distill.sinkhorn", sinkhorn,
+         lambda rng: _j(cost=rng.uniform(0, 1, (3, 4)).astype(np.float32), a=np.full(3, 1 / 3),
+                        b=np.full(4, 0.25)), ("cost", "a", "b"), static=dict(num_iters=5),
+         jit=True),
+]
+
+# ---------------------------------------------------------------------------------- privacy
+
+
+def _faces(rng):
+  y = rng.random(40) < 0.5
+  y[:10], y[10:20] = True, False  # >= 5 of each class for the 5 folds
+  return dict(features=_normal(rng, 40, 3) + y[:, None], faces=y)
+
+
+PRIVACY = [
+    Case("privacy.snippet_auc", pmetrics.snippet_auc,
+         lambda rng: dict(scores=_normal(rng, 8), labels=_labels_both(rng, 8)), ("scores",)),
+    Case("privacy.face_probe_accuracy", pmetrics.face_probe_accuracy, _faces, ("features",)),
+    Case("privacy.score_kl", pmetrics.score_kl,
+         lambda rng: dict(raw=_normal(rng, 20), projected=_normal(rng, 20)), ("raw", "projected"),
+         static=dict(grid_size=64)),
+]
+
+# --------------------------------------------------------------------------------------- pc
+
+
+def _points(rng):
+  return _j(x=_normal(rng, 6, 2), centroids=_normal(rng, 3, 2))
+
+
+PC = [
+    Case("pc.kmeans", functools.partial(voronoi.kmeans, num_clusters=2, num_iters=3),
+         lambda rng: dict(x=jnp.asarray(_normal(rng, 8, 2)),
+                          key=jax.random.key(int(rng.integers(1 << 16)))), ("x",), jit=True),
+    Case("pc.squared_distances", voronoi.squared_distances, _points, ("x",), jit=True,
+         per_row=True),
+    Case("pc.hard_log_gates",  # -inf (outside the cell) read as -1, so valid gates are finite
+         lambda x, centroids: jnp.maximum(voronoi.hard_log_gates(x, centroids), -1.0), _points,
+         ("x", "centroids"), jit=True, per_row=True),
+    Case("pc.soft_log_gates", voronoi.soft_log_gates, _points, ("x",), static=dict(alpha=2.0),
+         jit=True, per_row=True),
+    Case("pc.gate_gap", voronoi.gate_gap, _points, ("x",), static=dict(alpha=2.0), jit=True,
+         per_row=True),
+    Case("pc.vt_log_density", voronoi.vt_log_density,
+         lambda rng: _j(channel_log_p=_normal(rng, 4, 3), log_pi=np.log(_simplex(rng, 3)),
+                        log_gates=np.log(_simplex(rng, 4, 3))), ("channel_log_p", "log_gates"),
+         jit=True, per_row=True),
+]
+
+CASES = RETRIEVAL + UQ + ZEROSHOT + CODECOMP + RL + RECSYS + DISTILL + PRIVACY + PC
 
 
 # ---------------------------------------------------------------------------------- checks

@@ -1,10 +1,11 @@
-"""Processes that fail exit non-zero promptly, and a killed run resumes exactly (issue 17).
+"""Processes that fail exit non-zero promptly, and a killed or damaged run resumes exactly.
 
 The fast tests drive `tests/jaxlab/train/fault_worker.py` (a 12-step MLP
 through `jaxlab.train.train_loop`) or fail `launch.main` before any training;
 the `slow` ones run `launch.main` with the lm smoke preset end to end.
 """
 
+import importlib.util
 import json
 import os
 import signal
@@ -21,6 +22,9 @@ from launch.configs import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "jaxlab", "train", "fault_worker.py")
+_spec = importlib.util.spec_from_file_location("fault_worker", WORKER)
+worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(worker)
 # A save failure used to hang for orbax's 300 s barrier timeout; a prompt exit is well inside this.
 PROMPT_S = 60
 
@@ -78,6 +82,29 @@ def test_sigkill_mid_save_then_corrupt_newest_resumes_from_older(tmp_path):
   for k in a:
     np.testing.assert_array_equal(a[k], b[k])
   with open(straight_dir / "metrics.jsonl") as f1, open(killed_dir / "metrics.jsonl") as f2:
+    assert f1.read() == f2.read()
+
+
+def test_bit_flips_in_newest_checkpoint_resume_from_older_bit_identical(tmp_path):
+  # Before: the damaged arrays were restored as if intact; the resumed run diverged
+  # (NonFiniteLossError on every rerun) or finished with other weights.
+  straight_dir, flipped_dir = tmp_path / "straight", tmp_path / "flipped"
+  straight = _start_worker(straight_dir, tmp_path / "straight.npz")
+  first = _start_worker(flipped_dir, tmp_path / "first.npz", "--num-steps=9")
+  assert first.wait(120) == 0, first.stderr.read()[-3000:]
+  assert sorted(os.listdir(flipped_dir / "checkpoints")) == ["6", "9"]
+  worker.flip_array_data(str(flipped_dir), 9)
+  resumed = subprocess.run([sys.executable, WORKER, str(flipped_dir), str(tmp_path / "out.npz")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "checkpoints/9 cannot be restored (checksum mismatch in .params['w1'])" in resumed.stderr
+  assert (flipped_dir / "checkpoints.corrupt" / "9").is_dir()
+  assert straight.wait(120) == 0, straight.stderr.read()[-3000:]
+  a, b = np.load(tmp_path / "straight.npz"), np.load(tmp_path / "out.npz")
+  assert sorted(a) == sorted(b) == ["w1", "w2"]
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k])
+  with open(straight_dir / "metrics.jsonl") as f1, open(flipped_dir / "metrics.jsonl") as f2:
     assert f1.read() == f2.read()
 
 

@@ -9,6 +9,14 @@ The reference is one process with 4 devices on the same global batch: final
 loss, val bits/byte and every parameter must agree to float tolerance, for
 data parallel and for FSDP (params and optimizer state split over all 4
 devices, i.e. across the two processes).
+
+Every run gets a fresh persistent compilation cache of its own, so what a run
+reads from the cache does not depend on earlier runs on this machine. On jax
+0.12 an executable with cross-process collectives that a process loaded from
+that cache deadlocked in its first collective: the FSDP run's final evaluation
+(a new jit of the same program, hence a cache hit) left both processes at 0%
+CPU until the test's timeout. Multi-process CPU runs therefore compile their
+own programs and leave the cache alone (launch/main.py).
 """
 
 import json
@@ -47,8 +55,12 @@ def _free_port() -> int:
 
 
 def _start(workdir: str, num_processes: int, devices: int, args: list[str]) -> list:
-  """`num_processes` processes of `launch.main` with `devices` CPU devices each."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  """`num_processes` processes of `launch.main` with `devices` CPU devices each, and a
+  fresh persistent compilation cache in `workdir`.cache (every program cached)."""
+  cache = workdir + ".cache"
+  os.makedirs(cache, exist_ok=True)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=cache,
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
   env.pop("XLA_FLAGS", None)
   cmd = [sys.executable, "-m", "launch.main", *RUN, *args, f"--workdir={workdir}",
          f"--cpu_devices={devices}"]
@@ -152,6 +164,9 @@ def test_two_processes_match_one(mesh, uninterrupted, tmp_path):
   assert "\n{" not in "\n" + multi["stdouts"][1]
   with open(os.path.join(multi_dir, "config.json")) as f:
     assert json.load(f)["mesh"]["fsdp_params"] == (mesh == "fsdp")
+  # The two-process run neither wrote nor (so) read the persistent cache; one process did.
+  assert not os.listdir(multi_dir + ".cache")
+  assert os.listdir(ref_dir + ".cache")
 
 
 @pytest.mark.slow  # two more two-process runs (~1 min on 2 idle cores)

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxlab import causal
@@ -153,10 +154,40 @@ def test_spatial_plus_recovers_effects_without_confounding():
   np.testing.assert_allclose(np.mean(sp.delta), cfg.delta, atol=0.25)
 
 
+def test_underdetermined_design_raises():
+  # Before: a 3x3 grid (1 interior site, 6 coefficients) returned tau-hat and delta-hat.
+  data = jax.jit(causal.make_generator(causal.GridConfig(height=3, width=3)))(jax.random.key(0))
+  with pytest.raises(ValueError, match=r"ols_effects: .*underdetermined, 1 interior site\(s\) "
+                                       r"for 6 coefficients"):
+    causal.ols_effects(data)
+  est = jax.jit(causal.ols_effects)(data)  # traced: NaN, never a number
+  assert np.isnan(float(est.tau)) and np.isnan(float(est.delta))
+
+
+def test_collinear_design_raises_naming_the_columns(draws):
+  # Before: the treatment passed again as `extra` split tau silently (about half each).
+  _, data = draws
+  one = jax.tree.map(lambda v: v[0], data)
+  with pytest.raises(ValueError, match=r"columns A, extra\[0\] are collinear"):
+    causal.ols_effects(one, one.a[..., None])
+  with pytest.raises(ValueError, match=r"columns intercept, Abar_N, extra\[0\] are collinear"):
+    causal.ols_effects(one, 2.0 * one.a_neighbours[..., None] + 1.0)
+  # Vmapped over draws (nothing can raise there): NaN estimates for the collinear designs
+  # (ols, and Spatial+ with a covariate passed again), numbers for the oracle.
+  basis = jnp.asarray(causal.spline_basis(20, 20, 5))
+  bad, bad_sp, good = jax.jit(jax.vmap(lambda d: (
+      causal.ols_effects(d, d.a[..., None]),
+      causal.spatial_plus_effects(d, basis, d.x[..., 1:2]),
+      causal.ols_effects(d, d.u[..., None]))))(data)
+  for est in (bad, bad_sp):
+    assert np.isnan(np.asarray(est.tau)).all() and np.isnan(np.asarray(est.delta)).all()
+  assert np.isfinite(np.asarray(good.tau)).all() and np.isfinite(np.asarray(good.delta)).all()
+
+
 @pytest.mark.slow
 def test_mlp_head_recovers_effects_without_confounding():
   cfg, data = _unconfounded()
-  fit = causal.make_mlp_head(hidden=16, num_steps=200, learning_rate=1e-2)
+  fit = causal.make_mlp_head(optax.adam(1e-2), hidden=16, num_steps=200)
   mlp = jax.jit(jax.vmap(lambda k, d: fit(k, d, None)))(jax.random.split(jax.random.key(2), 4),
                                                         data)
   np.testing.assert_allclose(np.mean(mlp.tau), cfg.tau, atol=0.15)
@@ -196,7 +227,7 @@ def test_cvae_trains_vmapped_over_seeds_and_fits_the_treatment():
   data = jax.vmap(causal.make_generator(cfg))(keys)
   ccfg = causal.CVAEConfig(z_dim=2, hidden=8, num_steps=150, batch_size=64,
                            beta_warmup_steps=10)
-  model, train = causal.make_cvae_trainer(ccfg, 3e-3)
+  model, train = causal.make_cvae_trainer(ccfg, optax.adam(3e-3))
   params, losses = jax.jit(jax.vmap(train))(keys, data.a, data.x)
   assert losses.shape == (2, 150, 3) and bool(jnp.isfinite(losses).all())
   bce = np.asarray(losses[..., 1])

@@ -1,6 +1,9 @@
-"""BVH parse / write: exact round trips, Euler conversion, errors that name the line."""
+"""BVH parse / write: exact round trips, Euler conversion, errors that name the line,
+damaged counts, deep hierarchies and the variants of public files."""
 
 import os
+import re
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -93,3 +96,70 @@ def test_bad_bvh_values_are_rejected():
   with pytest.raises(ValueError, match="depth-first"):
     bvh.Bvh(b.names, (-1, 0, 0, 1, 3), b.offsets, b.channels, b.end_sites, b.frame_time,
             b.motion)
+
+
+def _text():
+  with open(SMALL) as f:
+    return f.read()
+
+
+@pytest.mark.parametrize("frames", [10 ** 8, 10 ** 12])
+def test_frame_count_is_checked_before_allocating(frames):
+  # Before: np.zeros((frames, channels)) came first: MemoryError for 10**12 and 14 GB
+  # of float64 for 10**8, in a file with 3 frame lines.
+  text = _text().replace("Frames: 3", f"Frames: {frames}")
+  tracemalloc.start()
+  try:
+    with pytest.raises(bvh.BvhError, match=rf"'Frames: {frames}' \(line 36\) but 3 frame") as e:
+      bvh.parse_bvh(text)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert e.value.line == 41 and peak < 1e7
+
+
+def _chain(depth: int) -> bvh.Bvh:
+  rng = np.random.default_rng(0)
+  channels = ((*bvh.POSITION_CHANNELS, "Zrotation", "Xrotation", "Yrotation"),) + (
+      ("Zrotation", "Xrotation", "Yrotation"),) * (depth - 1)
+  return bvh.Bvh(tuple(f"j{i}" for i in range(depth)), tuple(range(-1, depth - 1)),
+                 rng.normal(size=(depth, 3)), channels,
+                 (None,) * (depth - 1) + (np.array([0.0, 1.0, 0.0]),), 0.04,
+                 rng.normal(size=(2, 3 * depth + 3)))
+
+
+def test_deep_hierarchy_round_trips_without_recursion():
+  # Before: a 3000-deep hierarchy raised RecursionError (in both format and parse).
+  b = _chain(3000)
+  text = bvh.format_bvh(b)
+  again = bvh.parse_bvh(text)
+  assert again == b and again.parents[-1] == 2998
+
+
+def test_latin1_file_is_read_and_errors_name_the_file(tmp_path):
+  # Before: UnicodeDecodeError, without the file's name.
+  path = tmp_path / "hüfte.bvh"
+  path.write_bytes(_text().replace("ROOT Hips", "ROOT Hüfte").encode("latin-1"))
+  assert bvh.read_bvh(path).names[0] == "Hüfte"
+  bad = tmp_path / "bad.bvh"
+  bad.write_bytes(_corrupt(tmp_path, "OFFSET 0.00 10.50 -0.25", "OFFSET 0.00 ten -0.25")
+                  .encode("latin-1"))
+  with pytest.raises(bvh.BvhError, match=rf"^{re.escape(str(bad))}: line 8: OFFSET") as e:
+    bvh.read_bvh(bad)
+  assert e.value.line == 8 and e.value.path == str(bad)
+
+
+def test_public_file_variants_are_read(tmp_path):
+  # Seen in public files (Mixamo and other exporters): a UTF-8 byte-order mark, a named
+  # End Site, channel names in other capitalisation. Before: each was refused.
+  ref = bvh.read_bvh(SMALL)
+  text = (_text().replace("\t\t\tEnd Site", "\t\t\tEnd Site HeadTop_End")
+          .replace("CHANNELS 6 Xposition Yposition Zposition",
+                   "CHANNELS 6 XPosition YPOSITION zposition")
+          .replace("CHANNELS 3 Yrotation Zrotation Xrotation",
+                   "CHANNELS 3 YRotation zrotation XROTATION"))
+  path = tmp_path / "variants.bvh"
+  path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+  for b in (bvh.read_bvh(path), bvh.parse_bvh("\ufeff" + text)):
+    assert b == ref and b.channels == ref.channels
+  assert "End Site HeadTop_End" in text

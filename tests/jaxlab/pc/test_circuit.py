@@ -2,11 +2,13 @@
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from scipy import stats
 
 from jaxlab.pc import Circuit, CircuitConfig, PCModel, circuit, gaussian, init_params, training
+from jaxlab.train import optimizer
 from tests.jaxlab.pc import pc_testing
 
 
@@ -135,7 +137,8 @@ def test_bad_inputs_raise():
 def test_hfv_training_is_finite_and_improves(small_models):
   model, params = small_models["hfv"]
   x = pc_testing.blobs(400, seed=1)
-  tx = training.make_optimizer(0.05, params)
+  opt = ml_collections.ConfigDict(dict(learning_rate=0.05, schedule="constant"))
+  tx = training.with_frozen(optimizer(opt, 30), params)
   before = float(jnp.mean(model.apply(params, x)))
   trained, losses, skipped = jax.jit(lambda p: training.fit(model, p, x, jax.random.key(0), tx=tx,
                                                    num_steps=30, batch_size=64))(params)

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import jaxtyping
 import numpy as np
+import optax
 import pytest
 
 from jaxlab.privacy import mil, training, world
@@ -91,12 +92,12 @@ def test_face_coupling_readings_keep_the_face_rate_and_differ_in_strength():
 def test_gopl_training_aligns_the_subspace_with_faces():
   cfg = world.WorldConfig(num_train=32, num_test=8, feat_dim=32, nuisance_dim=4)
   w = world.make_world(cfg, seed=0)
-  tcfg = training.TrainConfig(num_steps=60, batch_size=8, learning_rate=1e-2, max_rank=4,
-                              hidden=8)
+  tcfg = training.TrainConfig(num_steps=60, batch_size=8, max_rank=4, hidden=8)
   data = training.as_arrays(w.train)
   arm = training.make_arm(4, 4, 1.0)
-  params, curve = jax.jit(training.train, static_argnames="cfg")(data, arm, jax.random.key(0),
-                                                                  tcfg)
+  tx = optax.adam(1e-2)
+  params, curve = jax.jit(lambda d, a, k: training.train(d, a, k, tcfg, tx))(
+      data, arm, jax.random.key(0))
   assert curve.shape == (60, len(training.LOSS_TERMS)) and np.all(np.isfinite(curve))
   face = curve[:, training.LOSS_TERMS.index("face")]
   assert float(face[-5:].mean()) < 0.5 * float(face[:5].mean())
@@ -106,4 +107,4 @@ def test_gopl_training_aligns_the_subspace_with_faces():
   overlap = np.linalg.norm(w.face_basis.T @ np.asarray(q)) ** 2 / cfg.face_dim
   assert overlap > 0.5, overlap  # a random 4-d subspace of 32-d: ~4/32
   with pytest.raises(ValueError, match="batch_size"):
-    training.train(data, arm, jax.random.key(0), training.TrainConfig(batch_size=64))
+    training.train(data, arm, jax.random.key(0), training.TrainConfig(batch_size=64), tx)

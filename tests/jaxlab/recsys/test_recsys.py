@@ -190,7 +190,8 @@ def test_metrics_match_hand_examples():
   sampled = metrics.sampled_ranks(scores, targets, jnp.array([[2, 4], [1, 5]]))
   np.testing.assert_array_equal(sampled, [1, 0])
   nan = metrics.sampled_ranks(scores.at[0, 3].set(jnp.nan), targets, jnp.array([[2, 4], [1, 5]]))
-  assert int(nan[0]) == 2  # a NaN target ranks last, never a hit
+  np.testing.assert_array_equal(nan, [-1, 0])  # a NaN target has no rank, never a hit
+  np.testing.assert_array_equal(metrics.ranking_metrics(nan, k=10)["hr"], [np.nan, 1.0])
 
 
 def test_genre_share_and_negatives():
@@ -206,13 +207,16 @@ def test_genre_share_and_negatives():
 
 
 def test_genre_share_excludes_padding_when_k_exceeds_the_real_items():
-  scores = jnp.array([[-1e9, 0.9, 0.1, 0.5, 0.7], [5.0, 0.1, 0.2, jnp.nan, 0.3]])
+  scores = jnp.array([[-1e9, 0.9, 0.1, 0.5, 0.7], [5.0, 0.1, 0.2, 0.4, 0.3]])
   genres = jnp.array([[0, 0], [1, 0], [0, 1], [1, 0], [0, 1]], jnp.float32)
-  # Every real item is listed once (row 1's NaN item last, its padding score ignored):
-  # genre 0 on items 1 and 3, i.e. 2 of the 4; genre 1 on items 2 and 4.
+  # Every real item is listed once (row 1's padding score ignored): genre 0 on items 1
+  # and 3, i.e. 2 of the 4; genre 1 on items 2 and 4.
   share_fn = jax.jit(metrics.top_k_genre_share, static_argnames="k")
   share = share_fn(scores, genres, jnp.array([0, 1]), k=10)
   np.testing.assert_allclose(share, [0.5, 0.5])
+  # A NaN among the real items leaves that row's top-k undefined.
+  share = share_fn(scores.at[1, 3].set(jnp.nan), genres, jnp.array([0, 1]), k=10)
+  np.testing.assert_allclose(share, [0.5, np.nan])
   with pytest.raises(ValueError, match="k must be >= 1"):
     metrics.top_k_genre_share(scores, genres, jnp.array([0, 0]), k=0)
 

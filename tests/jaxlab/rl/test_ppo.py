@@ -50,14 +50,23 @@ def test_invalid_config_raises():
 
 @pytest.mark.parametrize("name, value", [
     ("gamma", 1.5), ("gamma", float("nan")), ("gae_lambda", -2.0), ("gae_lambda", 1.01),
-    ("clip_eps", -0.2), ("clip_eps", 0.0), ("lr", float("nan")), ("lr", 0.0),
-    ("max_grad_norm", -1.0), ("max_grad_norm", float("inf")), ("vf_coef", float("inf")),
+    ("clip_eps", -0.2), ("clip_eps", 0.0), ("vf_coef", float("inf")),
     ("vf_coef", -0.5), ("ent_coef", -0.01), ("ent_coef", float("nan")),
 ])
 def test_float_hyperparameters_are_validated(name, value):
-  # Before, all of these passed; lr=nan trained NaN params behind a finite eval_return.
+  # Before, all of these passed; a NaN setting trained NaN params behind a finite eval_return.
   with pytest.raises(ValueError, match=rf"PPOConfig\.{name} .*got {value!r}"):
     ppo.PPOConfig(**{name: value}).validate()
+
+
+@pytest.mark.parametrize("key, value", [
+    ("learning_rate", float("nan")), ("learning_rate", -1.0), ("grad_clip", -1.0),
+    ("grad_clip", float("inf")), ("eps", 0.0)])
+def test_optimizer_values_are_validated(key, value):
+  # The optimizer is built from `optimizer` by jaxlab.train.optimizer, which names the key.
+  opt = dict(ppo.DEFAULT_OPTIMIZER, **{key: value})
+  with pytest.raises(ValueError, match=rf"optimizer\.{key} must be"):
+    ppo.make_train(envs.CartPole(), ppo.PPOConfig(), optimizer=opt)
 
 
 def test_boundary_float_hyperparameters_are_valid():

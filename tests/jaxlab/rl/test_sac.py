@@ -64,11 +64,13 @@ def test_invalid_config_raises():
                                       alpha=0.0))
 
 
-@pytest.mark.parametrize("name", ["actor_lr", "critic_lr", "alpha_lr"])
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1.0])
-def test_learning_rates_must_be_finite_positive(name, value):
-  with pytest.raises(ValueError, match=rf"SACConfig\.{name} .*got {value!r}"):
-    sac.SACConfig(**{name: value}).validate()
+@pytest.mark.parametrize("name", sac.NETWORKS)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_learning_rates_must_be_finite_and_non_negative(name, value):
+  # Each network's optimizer is built from its section of `optimizer`, which names it.
+  opt = dict(sac.DEFAULT_OPTIMIZER, **{name: dict(learning_rate=value)})
+  with pytest.raises(ValueError, match=rf"optimizer\.{name}\.learning_rate must be"):
+    sac.make_train(envs.Pendulum(), sac.SACConfig(), optimizer=opt)
 
 
 @pytest.mark.slow
