@@ -7,7 +7,7 @@ Presets:
   smoke  a 150-item, 4-genre world, a 1-layer d = 16 backbone, a few steps per arm, 3
          seeds, arms frozen / late_fusion / cramer / cramer_shared / cramer_oracle
          (pipeline check).
-  quick  480 items / 12 genres, 3000 train + 600 test users, the spec's 2-layer d = 64
+  quick  480 items / 12 genres, 3000 train + 600 test users, a 2-layer d = 64
          backbone, every arm incl. shared gates, oracle requests and ρ in {0.1, 0.25}, 3
          seeds vmapped (most of the time goes to compiling and back-propagating through the
          backbone for the CRAMER arms).
@@ -20,7 +20,7 @@ an upper bound), "cramer" (per-instance gates), "cramer_shared" (one Gumbel draw
 batch), "cramer_oracle" (CRAMER fed each request's true intent and genre instead of its
 MiniLM embedding: the masks with perfect request understanding), "cramer_rho<ρ>" (the ρ
 sweep). The baselines' forms, the world and the evaluation details are jaxlab
-interpretations (spec §4(d)); CRAMER's knobs are under `config.cramer`.
+interpretations; CRAMER's knobs are under `config.cramer`.
 
 Expected result: HR@10 / NDCG@10 / MRR@10 (1 + 100 sampled negatives, and full ranking)
 on request-bearing test steps, genre share in the top 10 under want / avoid requests vs.
@@ -41,25 +41,25 @@ def get_config(arg=None):
   config.seeds = (0, 1, 2)
   config.arms = ("frozen,concat,late_fusion,adapter,finetune,cramer,cramer_shared,"
                  "cramer_oracle,cramer_rho0.25")
-  # jaxlab interpretation of the spec's synthetic world (§4(d)).
+  # jaxlab interpretation: a synthetic catalogue stands in for the paper's ReDial data.
   config.world = ml_collections.ConfigDict(dict(
       num_items=480, num_genres=12, num_train_users=3000, num_test_users=600, max_len=20,
       min_len=8, pref_alpha=0.3, num_successors=4, successor_weight=12.0,
       same_genre_successors=0.75, second_genre_prob=0.5, request_probs=(0.4, 0.3, 0.3),
       num_test_templates=3, num_negatives=100))
-  # SASRec (RecBole-like, spec: 2 layers, 2 heads, d = 64, FFN 256, dropout 0.2-0.5).
+  # SASRec (RecBole-like: 2 layers, 2 heads, d = 64, FFN 256, dropout 0.2-0.5).
   config.model = ml_collections.ConfigDict(dict(
       d_model=64, num_heads=2, num_layers=2, d_ff=256, dropout=0.2))
   config.backbone = ml_collections.ConfigDict(dict(num_steps=400, batch_size=128))
   # Every arm: train.num_steps minibatches of train.batch_size request steps.
   config.train = ml_collections.ConfigDict(dict(num_steps=300, batch_size=64))
-  # optimizer.learning_rate: the arms (spec: Adam 1e-3); optimizer.backbone: the backbone.
+  # optimizer.learning_rate: the arms (Adam 1e-3); optimizer.backbone: the backbone.
   config.optimizer = ml_collections.ConfigDict(dict(
       learning_rate=1e-3, schedule="constant",
       backbone=dict(learning_rate=3e-3, schedule="constant")))
   config.cramer = ml_collections.ConfigDict(dict(
-      rho=0.1,               # drop ratio (spec plan: 0.1)
-      lambda_kl=0.2,         # KL weight (spec plan: 0.2)
+      rho=0.1,               # drop ratio
+      lambda_kl=0.2,         # KL weight
       scope="ffn_wo",        # masked set: "wo", "ffn" or "ffn_wo"
       tau_start=0.7, tau_end=0.3, tau_schedule="cosine"))
   # jaxlab interpretations: width of the concat head's and the adapter's hidden layer;

@@ -72,14 +72,15 @@ def get_config(arg=None):
       city3=dict(seed=3, length_scale=6.0, noise=0.2, map_shift=0.5)))
   config.model = ml_collections.ConfigDict(dict(
       hidden=32, embed_dim=64, head_hidden=32,
-      head_stop_gradient=False))  # True: L_DER does not reach the backbone (spec's ablation)
+      head_stop_gradient=False))  # True: L_DER does not reach the backbone (a jaxlab ablation)
   # batch_size pairs = (batch_size / block^2) GPS tiles of block x block (jaxlab
   # interpretation of Sample4Geo's GPS-neighbour sampling; block=1: random batches).
   config.train = ml_collections.ConfigDict(dict(
-      num_steps=400, batch_size=128, block=2, weight_decay=1e-4, max_grad_norm=1.0,
-      num_logs=10))
+      num_steps=400, batch_size=128, block=2, num_logs=10))
+  # AdamW with global-norm clipping (Sample4Geo's optimizer).
   config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, schedule="warmup_cosine", warmup_frac=0.05))
+      learning_rate=1e-3, schedule="warmup_cosine", warmup_frac=0.05, weight_decay=1e-4,
+      grad_clip=1.0))
   # The method's knobs. jaxlab interpretations (the paper's code was unavailable):
   #   target: the DER regression target y ("positive_similarity": stop-grad s_ii;
   #     "margin": s_ii minus the hardest negative's similarity);

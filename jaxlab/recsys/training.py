@@ -8,13 +8,15 @@ Example:
   >>> from jaxlab.recsys import sasrec, training
   >>> cfg = sasrec.SASRecConfig(num_items=20, max_len=6, d_model=8, num_heads=2, d_ff=16)
   >>> hist = jax.random.randint(jax.random.key(0), (32, 6), 1, 21)
-  >>> tc = training.TrainConfig(num_steps=5, batch_size=8, learning_rate=1e-3)
+  >>> tc = training.TrainConfig(num_steps=5, batch_size=8,
+  ...                            optimizer={"learning_rate": 1e-3, "schedule": "constant"})
   >>> params, losses = training.train_backbone(cfg, tc, hist, jax.random.key(1))
   >>> losses.shape
   (5,)
 """
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -24,14 +26,22 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.recsys import arms as arms_lib
 from jaxlab.recsys import metrics, sasrec
+from jaxlab.train.optimizers import optimizer
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Steps, minibatch size and the Adam learning rate (constant or an optax schedule)."""
+  """Steps, minibatch size and the optimizer.
+
+  Attributes:
+    num_steps: optimisation steps (the optimizer's schedule spans them).
+    batch_size: rows per minibatch.
+    optimizer: the optimizer's fields (`jaxlab.train.optimizer` keys, e.g. the resolved
+      `config.optimizer` or one of its stages).
+  """
   num_steps: int
   batch_size: int
-  learning_rate: Any
+  optimizer: Mapping[str, Any] = dataclasses.field(hash=False)
 
   def __post_init__(self):
     if self.num_steps < 1 or self.batch_size < 1:
@@ -39,13 +49,8 @@ class TrainConfig:
                        f"{self.batch_size}")
 
 
-def make_optimizer(train: TrainConfig) -> optax.GradientTransformation:
-  """Adam at `train.learning_rate` (the spec's optimiser for every stage)."""
-  return optax.adam(train.learning_rate)
-
-
 def _scan_train(loss_fn, params, train: TrainConfig, num_rows: int, key):
-  tx = make_optimizer(train)
+  tx = optimizer(train.optimizer, train.num_steps)
 
   def step(carry, inputs):
     p, opt = carry
@@ -68,7 +73,7 @@ def train_backbone(cfg: sasrec.SASRecConfig, train: TrainConfig,
 
   Args:
     cfg: backbone sizes (t == cfg.max_len).
-    train: steps, batch size, learning rate.
+    train: steps, batch size, optimizer.
     histories: left-padded item ids; position j predicts item j (inputs shifted by one).
     key: PRNG key (init, minibatches, dropout).
 

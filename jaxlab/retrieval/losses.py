@@ -48,7 +48,7 @@ def soft_infonce(*, logits: Float[Array, "b b"], targets: Float[Array, "b b"]
     targets: soft targets of the query -> reference direction, rows on the simplex.
       The reference -> query direction uses t^T with each row renormalised to sum to 1.
       A column j of t with no mass (no query puts target on reference j) has no
-      reference -> query target: its column term is 0 (the spec's CE(logits^T, t^T) of an
+      reference -> query target: its column term is 0 (the symmetric CE(logits^T, t^T) of an
       all-zero target row), so pair j's loss is half its row term, and value and
       gradients stay finite. `infonce` and `soft_targets` (epsilon < 1) never produce one.
 

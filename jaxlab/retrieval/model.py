@@ -83,7 +83,7 @@ class CVGLModel(nn.Module):
     hidden: encoder / head width.
     embed_dim: embedding size.
     head_hidden: NIG head width.
-    head_stop_gradient: stop the DER loss's gradient at the backbone (the spec's ablation).
+    head_stop_gradient: stop the DER loss's gradient at the backbone (a jaxlab ablation).
     dtype: computation dtype.
     param_dtype: parameter dtype.
   """

@@ -105,8 +105,6 @@ class TrainConfig:
     num_steps: optimizer steps.
     block: GPS-neighbour tile side (batch = num_blocks * block^2 pairs; 1 = random batches).
     num_blocks: tiles per batch.
-    weight_decay: AdamW weight decay.
-    max_grad_norm: global-norm gradient clipping.
     num_hard: K hard negatives per row of the soft targets (jaxlab interpretation).
     hard_temperature: tau_h of the softmax over hard negatives (jaxlab interpretation).
     der_reg: lambda_R of the DER regulariser.
@@ -116,8 +114,6 @@ class TrainConfig:
   num_steps: int = 600
   block: int = 2
   num_blocks: int = 64
-  weight_decay: float = 1e-4
-  max_grad_norm: float = 1.0
   num_hard: int = 4
   hard_temperature: float = 0.1
   der_reg: float = 1e-2
@@ -172,22 +168,16 @@ def batch_loss(model: CVGLModel, params: Any, street: Array, sat: Array, arm: Ar
                 "eps_spread": jnp.std(eps), "logit_scale": out.logit_scale}
 
 
-def make_optimizer(learning_rate: optax.ScalarOrSchedule, cfg: TrainConfig
-                   ) -> optax.GradientTransformation:
-  """AdamW (Sample4Geo's optimizer) with global-norm clipping."""
-  return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm),
-                     optax.adamw(learning_rate, weight_decay=cfg.weight_decay))
-
-
 def make_train(model: CVGLModel, world_cfg: world_lib.WorldConfig, cfg: TrainConfig,
-               learning_rate: optax.ScalarOrSchedule) -> Callable:
+               tx: optax.GradientTransformation) -> Callable:
   """A jitted `train(cities, arm, seeds) -> (params, logs)`, vmapped over seeds.
 
   `cities` is a stacked `world.City` (one training city per seed), `seeds` [S] integers
-  (each seeds the init, the batches and the view noise). Training runs on city 1's training area (x < split).
-  `logs` maps each diagnostic of `batch_loss` to [S, num_logs] chunk means.
+  (each seeds the init, the batches and the view noise). Training runs on city 1's
+  training area (x < split), with `tx` (`jaxlab.train.optimizer` of the experiment's
+  `optimizer` section: AdamW with global-norm clipping, as Sample4Geo) over
+  `cfg.num_steps`. `logs` maps each diagnostic of `batch_loss` to [S, num_logs] chunk means.
   """
-  tx = make_optimizer(learning_rate, cfg)
   width, height = world_cfg.split, world_cfg.grid
   if cfg.num_blocks > sampling.num_tiles(width, height, cfg.block):
     raise ValueError(f"num_blocks={cfg.num_blocks} exceeds the {sampling.num_tiles(width, height, cfg.block)} "

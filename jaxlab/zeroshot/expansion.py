@@ -3,9 +3,10 @@
 `ArmConfig` names one arm of the reproduction:
 * shared mapping (ICIS): `num_groups=0`, no extra terms;
 * + source separation: every source is its own training view and L_inv ties the weights
-  synthesized from different sources together (spec S1 + the invariance of S3);
-* full GA-ZSCE (reconstruction): + k-means groups with one residual head each (S2 routing),
-  per-group loss normalisation and the intra-group margin (S3). The number of groups is
+  synthesized from different sources together (the abstract's stage 1, multi-source
+  semantics, + the invariance of its stage 3);
+* full GA-ZSCE (reconstruction): + k-means groups with one residual head each (the abstract's stage
+  2, routing), per-group loss normalisation and the intra-group margin (stage 3). The number of groups is
   discovered from the class semantics (`group_rule`, see `routing.estimate_num_groups`);
   a fixed count is an explicit override, never the world's ground truth.
 Every arm trains on all (source, class) pairs, so the arms differ only in these terms.
@@ -29,12 +30,15 @@ Example:
 """
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, Int
 
+from jaxlab.train.optimizers import optimizer
 from jaxlab.zeroshot import mapping, metrics, routing
 from jaxlab.zeroshot.world import World
 
@@ -43,7 +47,7 @@ GROUP_RULES = ("fixed",) + routing.GROUP_RULES
 
 @dataclasses.dataclass(frozen=True)
 class ArmConfig:
-  """One arm. jaxlab interpretation of the spec's [O] choices (all knobs).
+  """One arm. jaxlab interpretation of what the abstract leaves open (all knobs).
 
   Attributes:
     num_groups: residual heads (0 = one shared mapping). With `group_rule="fixed"` every
@@ -68,20 +72,61 @@ class ArmConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Mapping training (full batch Adam; ICIS uses Adam).
+  """Mapping training (full batch; ICIS uses Adam).
 
   Attributes:
     num_steps: optimisation steps.
-    learning_rate: Adam learning rate (float or optax schedule).
+    optimizer: the optimizer's fields (`jaxlab.train.optimizer` keys; the experiment's
+      `config.optimizer`): constant-rate Adam at 1e-3 by default.
     latent_dim: shared latent width.
     hidden_dim: MLP hidden width.
     kmeans_iters: Lloyd iterations of the grouping.
   """
   num_steps: int = 500
-  learning_rate: float | optax.Schedule = 1e-3
+  optimizer: Mapping[str, Any] = dataclasses.field(
+      default_factory=lambda: {"learning_rate": 1e-3, "schedule": "constant"}, hash=False)
   latent_dim: int = 128
   hidden_dim: int = 256
   kmeans_iters: int = 30
+
+
+def make_arm(name: str, method: Any, group_rule: str | None = None) -> ArmConfig:
+  """The `ArmConfig` of an arm name ("shared", "separation", "full") from a `method` section.
+
+  Args:
+    name: the arm.
+    method: the experiment's `config.method` (num_groups, group_rule, max_groups,
+      num_restarts, routing, temperature, lam_inv, lam_margin, margin, group_norm,
+      margin_unseen).
+    group_rule: the full arm's group-count rule (None = `method.group_rule`).
+
+  Returns:
+    The arm. The full arm's group count is `method.num_groups` when > 0 (an explicit
+    override), else chosen by the rule in [2, `method.max_groups`]; no world count enters.
+
+  Example:
+    >>> import ml_collections
+    >>> m = ml_collections.ConfigDict(dict(num_groups=0, group_rule="silhouette", max_groups=12,
+    ...     num_restarts=2, routing="hard", temperature=0.1, lam_inv=1.0, lam_margin=1.0,
+    ...     margin=0.5, group_norm=True, margin_unseen=True))
+    >>> arm = make_arm("full", m, group_rule="eigengap")
+    >>> arm.num_groups, arm.group_rule
+    (12, 'eigengap')
+  """
+  m = method
+  if name == "shared":
+    return ArmConfig()
+  if name == "separation":
+    return ArmConfig(loss=mapping.LossConfig(lam_inv=m.lam_inv))
+  if name == "full":
+    fixed = m.num_groups > 0
+    return ArmConfig(
+        num_groups=m.num_groups if fixed else m.max_groups,
+        group_rule="fixed" if fixed else (group_rule or m.group_rule),
+        num_restarts=m.num_restarts, routing=m.routing, temperature=m.temperature,
+        loss=mapping.LossConfig(lam_inv=m.lam_inv, lam_margin=m.lam_margin, margin=m.margin,
+                                group_norm=m.group_norm, margin_unseen=m.margin_unseen))
+  raise ValueError(f"Unknown arm {name!r}; expected shared, separation or full")
 
 
 def prepare_semantics(semantics: jax.Array) -> jax.Array:
@@ -180,7 +225,7 @@ def fit_and_evaluate(world: World, arm: ArmConfig, train: TrainConfig,
                               num_groups=arm.num_groups)
   params = model.init(k_init, sem, jnp.broadcast_to(weights, sem.shape[:1] + weights.shape),
                       routes)
-  opt = optax.adam(train.learning_rate)
+  opt = optimizer(train.optimizer, train.num_steps)
 
   def loss_fn(p):
     return mapping.mapping_loss(model, p, sem, weights, seen, routes, arm.loss)[0]

@@ -11,7 +11,7 @@ one refinement head per discovered group.
 use seen classes only, att->att uses every class, ICIS `--include_unseen`) + lam_inv L_inv
 (invariance of the synthesized weight across sources) + lam_margin L_sep (hinge on the
 cosine of same-group predicted weights above kappa), optionally with per-group loss
-normalisation. Each extra term is a jaxlab interpretation of the spec's [O] reconstruction
+normalisation. Each extra term is a jaxlab interpretation of the abstract's stages 2-3
 and a knob of `LossConfig`.
 
 Example:
@@ -110,7 +110,7 @@ class DualMapping(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-  """Which terms the mapping loss uses (each a jaxlab interpretation of the spec's S2/S3).
+  """Which terms the mapping loss uses (each a jaxlab interpretation of the abstract's stages 2-3).
 
   Attributes:
     lam_inv: weight of L_inv, the invariance of synthesized weights across sources.

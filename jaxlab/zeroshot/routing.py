@@ -1,10 +1,10 @@
 """Granularity-aware routing: discover class groups in semantic space and route to them.
 
-Stage S2 of GA-ZSCE (reconstruction): cluster the class semantics (seen and unseen) into
+Stage 2 of GA-ZSCE (reconstruction): cluster the class semantics (seen and unseen) into
 G groups with k-means on the unit sphere (cosine k-means), then route each class either
 to its cluster's head (hard) or to every head with softmax weights over its cluster
-similarities (soft). jaxlab interpretation: the spec leaves the clustering ([O]: "k-means
-or spectral") and the routing ([O]: hard or soft) open; both are config knobs.
+similarities (soft). jaxlab interpretation: the abstract leaves the clustering (k-means or spectral) and the
+routing (hard or soft) open; both are config knobs.
 
 The method "discovers latent class structure" (the abstract), so G is chosen from the
 semantics, never read from a ground truth: `estimate_num_groups` picks G in
@@ -12,7 +12,7 @@ semantics, never read from a ground truth: `estimate_num_groups` picks G in
 (jaxlab interpretation, a knob): "silhouette" (the k-means partition with the largest mean
 cosine silhouette, Rousseeuw 1987) or "eigengap" (the largest gap in the spectrum of the
 normalised Laplacian of a self-tuning affinity, Zelnik-Manor & Perona 2004; the spectral
-reading of the spec's "k-means or spectral"). To keep shapes static under `jit`/`vmap`,
+reading of "k-means or spectral"). To keep shapes static under `jit`/`vmap`,
 `kmeans` and `route` take `num_active`: only the first `num_active` of `num_clusters`
 centres are used, so one compiled program serves every count.
 
@@ -274,7 +274,8 @@ def group_mean(values: Float[Array, " n"], weights: Float[Array, "n k"]) -> Floa
   """Per-group loss normalisation: the mean inside each group, then the mean over groups.
 
   `weights` are (soft) group memberships; groups with no mass are left out, so a large or
-  easy group cannot dominate the gradient (spec S2).
+  easy group cannot dominate the gradient (the abstract's stage 2: gradients of distinct
+  classes dominate).
   """
   if values.ndim != 1 or weights.ndim != 2 or weights.shape[0] != values.shape[0]:
     raise ValueError(f"values [n] and weights [n, k] must agree; got {values.shape}, "

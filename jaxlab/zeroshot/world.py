@@ -1,17 +1,17 @@
 """Granularity worlds with known ground truth for zero-shot classifier expansion.
 
-Both worlds follow the spec (representation_causal.md §1(d)): G groups of fine classes with
-prototypes mu_c = mu_g + ratio * delta_c (`fine_coarse_ratio` is the granularity knob),
+Both worlds are a jaxlab interpretation of the abstract's setting (a mixture of distinct and
+similar classes): G groups of fine classes with prototypes mu_c = mu_g + ratio * delta_c (`fine_coarse_ratio` is the granularity knob),
 features x ~ N(mu_c, sigma^2 I), and a linear softmax head trained on the seen classes
-only (optax) that gives the target weights w_c = [W_c, b_c]. The unseen classes get no
-weights: a mapping must synthesize them from semantics.
+only (`jaxlab.train.optimizer`) that gives the target weights w_c = [W_c, b_c]. The unseen
+classes get no weights: a mapping must synthesize them from semantics.
 
 * synthetic: mu_g ~ N(0, I), delta_c ~ N(0, I); semantics of source m are
   a_c^(m) = A mu_c + B n^(m) + eps_c^(m) (A a fixed random map; n^(m) a non-causal nuisance
   shared by all classes of source m; eps class-specific noise).
 * semi-real: the classes of `taxonomy.json`; semantics are given per source (MiniLM
   embeddings of prompt templates); delta_c = f*(mean_m a_c^(m)) standardised, with f* a
-  fixed random 2-layer MLP (the spec's ground truth), plus a random group offset mu_g.
+  fixed random 2-layer MLP (the world's ground truth), plus a random group offset mu_g.
 
 Example:
   >>> from jaxlab.zeroshot import world
@@ -23,13 +23,16 @@ Example:
 import dataclasses
 import importlib.resources
 import json
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
+
+from jaxlab.train.optimizers import optimizer as build_optimizer
 
 
 class World(NamedTuple):
@@ -47,14 +50,15 @@ class FeatureConfig:
   """Feature space and the seen-class head shared by both worlds.
 
   Attributes:
-    feat_dim: feature dimension (the spec: 64).
+    feat_dim: feature dimension (64).
     fine_coarse_ratio: ratio of fine (class) to coarse (group) prototype scale (0.35).
     feature_noise: sigma of x ~ N(mu_c, sigma^2 I) (0.5).
     num_unseen: unseen classes, at least one per group while they last.
     train_per_class: training samples per seen class for the head.
     test_per_class: test samples per class (seen and unseen).
-    head_steps: Adam steps of the linear head (full batch).
-    head_lr: its learning rate.
+    head_steps: optimizer steps of the linear head (full batch).
+    head_optimizer: its optimizer (`jaxlab.train.optimizer` keys; the experiment's
+      `optimizer.head` section): constant-rate Adam at 0.05 by default.
   """
   feat_dim: int = 64
   fine_coarse_ratio: float = 0.35
@@ -63,12 +67,13 @@ class FeatureConfig:
   train_per_class: int = 40
   test_per_class: int = 40
   head_steps: int = 300
-  head_lr: float = 0.05
+  head_optimizer: Mapping[str, Any] = dataclasses.field(
+      default_factory=lambda: {"learning_rate": 0.05, "schedule": "constant"}, hash=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class SyntheticConfig:
-  """The synthetic granularity world (spec defaults: 8 groups x 6 classes, 384-d semantics).
+  """The synthetic granularity world (defaults: 8 groups x 6 classes, 384-d semantics).
 
   Attributes:
     num_groups: G.
@@ -108,13 +113,32 @@ def _split_unseen(rng: np.random.Generator, groups: np.ndarray, num_unseen: int)
 
 
 def train_head(x: Float[Array, "n d"], y: Int[Array, " n"], num_classes: int, *,
-               steps: int, learning_rate: float) -> Float[Array, "c d1"]:
-  """A linear softmax head [W, b] fitted with Adam (full batch); rows of unused classes stay 0."""
+               steps: int, optimizer: Mapping[str, Any] | tuple) -> Float[Array, "c d1"]:
+  """A linear softmax head [W, b] fitted full batch; rows of unused classes stay 0.
+
+  Args:
+    x: features [n, d].
+    y: their classes [n].
+    num_classes: rows of the head.
+    steps: optimizer steps.
+    optimizer: the optimizer's fields (`jaxlab.train.optimizer` keys), as a mapping or
+      as its (key, value) items (hashable, for a static argument of `jax.jit`).
+
+  Returns:
+    [num_classes, d + 1] weights and biases.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> w = train_head(jnp.ones((4, 3)), jnp.array([0, 1, 0, 1]), 3, steps=2,
+    ...                optimizer={"learning_rate": 0.05, "schedule": "constant"})
+    >>> w.shape, float(abs(w[2]).sum())
+    ((3, 4), 0.0)
+  """
   if x.ndim != 2 or y.shape != (x.shape[0],):
     raise ValueError(f"x must be [n, d] and y [n]; got {x.shape}, {y.shape}")
   xa = jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], 1)
   present = jnp.zeros(num_classes, bool).at[y].set(True)
-  opt = optax.adam(learning_rate)
+  opt = build_optimizer(dict(optimizer), steps, prefix="optimizer.head")
 
   def loss(w):
     logits = jnp.where(present[None, :], xa @ w.T, -1e9)
@@ -131,7 +155,7 @@ def train_head(x: Float[Array, "n d"], y: Int[Array, " n"], num_classes: int, *,
   return jnp.where(present[:, None], w, 0.0)
 
 
-_train_head = jax.jit(train_head, static_argnames=("num_classes", "steps", "learning_rate"))
+_train_head = jax.jit(train_head, static_argnames=("num_classes", "steps", "optimizer"))
 
 
 def _finish(rng, semantics, mu, groups, cfg: FeatureConfig) -> World:
@@ -143,7 +167,8 @@ def _finish(rng, semantics, mu, groups, cfg: FeatureConfig) -> World:
   te_y = np.repeat(np.arange(num_classes), cfg.test_per_class)
   te_x = mu[te_y] + cfg.feature_noise * rng.standard_normal((te_y.size, d))
   w = _train_head(jnp.asarray(tr_x, jnp.float32), jnp.asarray(tr_y, jnp.int32),
-                  num_classes=num_classes, steps=cfg.head_steps, learning_rate=cfg.head_lr)
+                  num_classes=num_classes, steps=cfg.head_steps,
+                  optimizer=tuple(sorted(cfg.head_optimizer.items())))
   te_x = np.concatenate([te_x, np.ones((te_y.size, 1))], 1)
   return World(np.asarray(semantics, np.float32), np.asarray(w, np.float32), seen,
                groups.astype(np.int32), te_x.astype(np.float32), te_y.astype(np.int32))

@@ -8,7 +8,7 @@ import pytest
 from configs import cramer as cramer_config
 from jaxlab.experiments import cramer
 from jaxlab.presets import split_names
-from jaxlab.recsys import sasrec, training
+from jaxlab.recsys import pipeline, sasrec, training
 from jaxlab.report import VERDICTS, judge_all, read_results
 from launch.configs import load_config
 
@@ -17,7 +17,7 @@ class _Stop(Exception):
   """Raised by a spy once it has seen what it needed."""
 
 
-def test_smoke_run_writes_table_and_resumes(tmp_path):
+def test_smoke_run_writes_table_and_resumes(tmp_path, monkeypatch):
   config = cramer_config.get_config("smoke")
   assert config.experiment == "cramer" and len(config.seeds) >= 3
   results = cramer.run(config, str(tmp_path))
@@ -48,11 +48,18 @@ def test_smoke_run_writes_table_and_resumes(tmp_path):
   frozen = on_disk["table"]["frozen"]
   for g in ("want", "avoid"):
     assert frozen[g]["share"]["per_seed"] == frozen[g]["share_neutral"]["per_seed"]
-  assert results["backbone"]["loaded"] is False
-  # A second run loads the backbones, the embeddings and every arm from the workdir.
+  assert len(results["backbone"]["final_loss"]) == len(config.seeds)
+  # A second run loads the backbones, the embeddings and every arm from the workdir: it
+  # trains nothing and never loads the encoder, and writes the same results.
+  def refuse(*args, **kwargs):
+    raise AssertionError("a resumed run recomputed something")
+
+  monkeypatch.setattr(training, "train_backbone", refuse)
+  monkeypatch.setattr(training, "train_arm", refuse)
+  monkeypatch.setattr("jaxlab.text.cache._encoder", refuse)
   again = cramer.run(config, str(tmp_path))
-  assert again["backbone"]["loaded"] is True and again["encode_seconds"] == 0.0
   assert again["table"] == read_results(str(tmp_path))["table"] == on_disk["table"]
+  assert again["backbone"] == on_disk["backbone"]
 
 
 def test_cramer_uses_optimizer_learning_rate(monkeypatch, tmp_path):
@@ -60,23 +67,23 @@ def test_cramer_uses_optimizer_learning_rate(monkeypatch, tmp_path):
   config.optimizer.learning_rate = 0.125          # the arms
   config.optimizer.backbone.learning_rate = 0.25  # the backbone stage
   _, _, backbone_cfg, arm_cfg = cramer._configs(config)
-  assert backbone_cfg.learning_rate == pytest.approx(0.25)
-  assert arm_cfg.learning_rate == pytest.approx(0.125)
+  assert backbone_cfg.optimizer["learning_rate"] == pytest.approx(0.25)
+  assert arm_cfg.optimizer["learning_rate"] == pytest.approx(0.125)
   seen = []
 
-  def spy(learning_rate, *args, **kwargs):
-    seen.append(learning_rate)
+  def spy(opt, num_steps, **kwargs):
+    seen.append(opt["learning_rate"])
     raise _Stop
 
-  # Where the optimizer is built: the backbone is trained first...
+  # Where the optimizer is built (`jaxlab.train.optimizer`): the backbone is trained first...
   monkeypatch.setattr(cramer, "_embeddings",
-                      lambda strings, *a: ({s: np.ones(16, np.float32) for s in strings}, 0.0))
-  monkeypatch.setattr(training.optax, "adam", spy)
+                      lambda strings, *a: {s: np.ones(16, np.float32) for s in strings})
+  monkeypatch.setattr(training, "optimizer", spy)
   with pytest.raises(_Stop):
     cramer.run(config, str(tmp_path / "a"))
   # ... then each arm, on the frozen backbone (here an untrained one).
-  monkeypatch.setattr(cramer, "_backbones", lambda c, model_cfg, *a: (
-      [_init(model_cfg)] * len(c.seeds), {}))
+  monkeypatch.setattr(pipeline, "backbones", lambda model_cfg, tc, hist, seeds, paths: (
+      [_init(model_cfg)] * len(seeds), None))
   config.arms = "concat"
   with pytest.raises(_Stop):
     cramer.run(config, str(tmp_path / "b"))
@@ -171,7 +178,7 @@ def test_empty_group_is_not_measured_rather_than_zero():
   # Seed 0 has no 'want' or 'avoid' test row: its HR and share there are missing (NaN),
   # not 0 (which the verdict would read as a measured HR or genre share).
   rows = {"s_hr": np.array([[1.0, 1.0], [1.0, 0.0]]), "share": np.array([[0.5, 0.5], [0.4, 0.2]])}
-  g = cramer._group_means(rows, np.array([[0, 0], [1, 2]]))
+  g = pipeline.group_means(rows, np.array([[0, 0], [1, 2]]))
   assert np.isnan(g["want"]["s_hr"][0]) and np.isnan(g["avoid"]["share"][0])
   assert g["want"]["s_hr"][1] == 1.0 and g["avoid"]["share"][1] == pytest.approx(0.2)
   assert g["none"]["s_hr"][0] == 1.0 and np.isnan(g["none"]["s_hr"][1])

@@ -66,14 +66,14 @@ def test_cvgl_uses_optimizer_learning_rate(monkeypatch, tmp_path):
   class Stop(Exception):
     pass
 
-  def spy(learning_rate, cfg):
-    seen.append(float(learning_rate(0)) if callable(learning_rate) else float(learning_rate))
+  def spy(opt, num_steps, **kwargs):  # the one builder, `jaxlab.train.optimizer`
+    seen.append((opt.learning_rate, opt.weight_decay, opt.grad_clip, num_steps))
     raise Stop
 
-  monkeypatch.setattr(training, "make_optimizer", spy)
+  monkeypatch.setattr(cvgl, "optimizer", spy)
   with pytest.raises(Stop):
     cvgl.run(config, str(tmp_path))
-  assert seen == [pytest.approx(0.125)]
+  assert seen == [(pytest.approx(0.125), 1e-4, 1.0, config.train.num_steps)]
 
 
 N = 256  # test gallery of the quick preset: a random ranker's R@1 is 1 / 256

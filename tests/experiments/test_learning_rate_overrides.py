@@ -188,18 +188,27 @@ def test_apc_stages_use_optimizer_learning_rates(stage):
 
 
 def test_zeroshot_uses_optimizer_learning_rate(monkeypatch, tmp_path):
+  # The worlds' seen-class head trains with `optimizer.head`, the mapping with `optimizer`,
+  # each built by `jaxlab.train.optimizer` (tests/jaxlab/train/test_optimizers.py checks
+  # that every key of a section is honoured).
   config = load_config("zeroshot", "smoke")
   config.optimizer.learning_rate = 0.125
+  config.optimizer.head.learning_rate = 0.375
   seen = []
 
-  def spy(**kwargs):
-    seen.append(kwargs["learning_rate"])
-    raise _Stop
+  def spy(real):
+    def build(opt, num_steps, **kwargs):
+      seen.append(opt["learning_rate"])
+      if len(seen) == 2:
+        raise _Stop
+      return real(opt, num_steps, **kwargs)
+    return build
 
-  monkeypatch.setattr(zeroshot.expansion, "TrainConfig", spy)
+  monkeypatch.setattr(zeroshot.world, "build_optimizer", spy(zeroshot.world.build_optimizer))
+  monkeypatch.setattr(zeroshot.expansion, "optimizer", spy(zeroshot.expansion.optimizer))
   with pytest.raises(_Stop):
     zeroshot.run(config, str(tmp_path))
-  assert seen == [pytest.approx(0.125)]
+  assert seen == [pytest.approx(0.375), pytest.approx(0.125)]
 
 
 def test_kernelband_trains_nothing():

@@ -15,7 +15,8 @@ from jaxlab.experiments import REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PORTED = ("lm", "oea", "kernelband", "modex", "ebplus", "aes", "ucpo", "apc", "pc",
-          "spatial_deconfounder", "opl", "fp4", "eco", "qat_scaling", "escot", "pose_icl")
+          "spatial_deconfounder", "opl", "fp4", "eco", "qat_scaling", "escot", "pose_icl",
+          "zeroshot", "cramer", "cvgl", "sata")
 # What `Study` does for a run(): a ported module names none of these.
 SKELETON = frozenset({"ArmCache", "judge_all", "ReportRow", "write_results", "save_plot",
                       "makedirs", "config_seeds"})

@@ -84,6 +84,29 @@ def test_modex_config_builds_the_adamw_it_always_did():
   np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 200)), _trajectory(old))
 
 
+def test_cvgl_config_builds_the_clipped_adamw_it_always_did():
+  # Sample4Geo's optimizer: clip the global norm to 1, then AdamW (decay 1e-4) on the schedule.
+  opt = load_config("cvgl", "smoke").optimizer
+  old = optax.chain(optax.clip_by_global_norm(1.0),
+                    optax.adamw(train.make_schedule(opt, 20), weight_decay=1e-4))
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20)), _trajectory(old))
+
+
+def test_sata_config_builds_the_clipped_adam_it_always_did():
+  opt = load_config("sata", "smoke").optimizer
+  old = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(train.make_schedule(opt, 20)))
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20)), _trajectory(old))
+
+
+@pytest.mark.parametrize("row,stage,lr", [("cramer", None, 1e-3), ("cramer", "backbone", 3e-3),
+                                          ("zeroshot", None, 1e-3), ("zeroshot", "head", 0.05)])
+def test_constant_adam_rows_build_the_adam_they_always_did(row, stage, lr):
+  # cramer's arms and backbone, zeroshot's mapping and seen-class head: constant-rate Adam.
+  opt = load_config(row, "smoke").optimizer
+  np.testing.assert_array_equal(_trajectory(train.optimizer(opt, 20, stage=stage)),
+                                _trajectory(optax.adam(lr)))
+
+
 def test_qat_scaling_config_builds_the_update_it_always_did():
   # The QAT grid's trainer before the builder: clip, Adam's moments, decoupled decay, then
   # p - lr * u with lr on the schedule (num_steps traced: the grid's budget).
@@ -338,8 +361,6 @@ DEFINES_OPTIMIZERS = {"jaxlab/train/optimizers.py", "jaxlab/optim/baselines.py"}
 # `jaxlab.train.optimizer` removes it here; the list only shrinks.
 NOT_YET_PORTED = {
     "jaxlab/experiments/bench_lm_train.py",
-    "jaxlab/experiments/sata.py", "jaxlab/recsys/training.py", "jaxlab/retrieval/training.py",
-    "jaxlab/zeroshot/expansion.py", "jaxlab/zeroshot/world.py",
 }
 
 
