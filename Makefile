@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxlab-installed
 DOCS_STAMP := $(VENV)/.jaxlab-docs-installed
 
-.PHONY: demo test venv312 test312 bench notebooks docs clean
+.PHONY: demo test venv312 test312 bench notebooks docs-deps docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,7 @@ $(DOCS_STAMP): pyproject.toml | $(STAMP)
 # would not repeat the warnings of pages it skips). The notebooks are rendered with their
 # saved outputs, never executed; the API pages are docs/api/*.rst (`python docs/gen_api.py`
 # rewrites them).
+docs-deps: $(DOCS_STAMP)
 docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 

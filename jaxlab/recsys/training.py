@@ -142,7 +142,7 @@ def evaluate_arm(arm: arms_lib.ArmConfig, cfg: sasrec.SASRecConfig, params: Any,
     hyper: CRAMER's ρ (others ignore it).
 
   Returns:
-    Per-row arrays [u]: hr/ndcg/mrr sampled ("s_") and full ("f_"), the requested genre's
+    Per-row arrays [u]: hr/ndcg/mrr sampled (prefix "s") and full (prefix "f"), the requested genre's
     share in the top k under the request ("share") and under the neutral request
     ("share_neutral"; 0 where there is no genre).
   """

@@ -241,7 +241,7 @@ def city_order(names: Sequence[str]) -> list[str]:
     names: the keys of `config.cities`.
 
   Returns:
-    ["city1", *sorted others].
+    ``["city1", *sorted(others)]``.
 
   Raises:
     ValueError: "city1" is missing or there is no zero-shot city.
@@ -265,7 +265,7 @@ def uncertainty_readings(default: str, readings: Sequence[str]) -> list[str]:
     readings: `config.cvgl.uncertainty_readings`, split.
 
   Returns:
-    [default, *the other readings, deduplicated in order].
+    The default, then the other readings, deduplicated in order.
 
   Raises:
     ValueError: a reading that is not a key of `training.UNCERTAINTIES`.

@@ -1,14 +1,16 @@
 """Classifier expansion end to end: fit a semantics -> weights mapping, synthesize, evaluate.
 
 `ArmConfig` names one arm of the reproduction:
+
 * shared mapping (ICIS): `num_groups=0`, no extra terms;
-* + source separation: every source is its own training view and L_inv ties the weights
+* plus source separation: every source is its own training view and L_inv ties the weights
   synthesized from different sources together (the abstract's stage 1, multi-source
   semantics, + the invariance of its stage 3);
 * full GA-ZSCE (reconstruction): + k-means groups with one residual head each (the abstract's stage
   2, routing), per-group loss normalisation and the intra-group margin (stage 3). The number of groups is
   discovered from the class semantics (`group_rule`, see `routing.estimate_num_groups`);
   a fixed count is an explicit override, never the world's ground truth.
+
 Every arm trains on all (source, class) pairs, so the arms differ only in these terms.
 The world's true groups enter only the evaluation (within/between-group accuracy, the
 Rand index of the discovered grouping, chance levels), never the fit.
