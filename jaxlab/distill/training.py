@@ -57,6 +57,7 @@ from jaxlab import train as train_lib
 from jaxlab.distill import losses
 from jaxlab.distill.data import Tokens
 from jaxlab.nn import Transformer, TransformerConfig
+from jaxlab.train.lm import bits_per_byte
 
 METHODS = ("sft", "uld", "mined", "escot", "escot_uniform", "escot_dense")
 # E-SCOT without one of its two components each: no Renyi reweighting, no span constraint.
@@ -337,12 +338,10 @@ def make_bits_per_byte(model: Transformer, vocab: int, batch: int = 64) -> Calla
     return masked_ce(token_log_probs(model, p, inputs, vocab), targets, mask) * jnp.sum(mask)
 
   def bpb(params, toks: Tokens, num_chars: int) -> np.ndarray:
-    total = 0.0
-    for lo in range(0, len(toks.inputs), batch):
-      sl = slice(lo, lo + batch)
-      total = total + np.asarray(nll(params, toks.inputs[sl], toks.targets[sl], toks.mask[sl]),
-                                 np.float64)
-    return total / num_chars / math.log(2)
+    # Total nats of a token model over the text's characters: the library's one evaluator.
+    rows = [slice(lo, lo + batch) for lo in range(0, len(toks.inputs), batch)]
+    return bits_per_byte(lambda p, sl: nll(p, toks.inputs[sl], toks.targets[sl], toks.mask[sl]),
+                         params, rows, num_bytes=num_chars)
   return bpb
 
 
