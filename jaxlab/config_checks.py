@@ -86,8 +86,8 @@ RANGES: tuple[tuple[str, Range], ...] = (
     ("*.total_updates", COUNT), ("*.checkpoint_every", COUNT), ("*.log_every", COUNT),
     ("*.eval_every", NON_NEGATIVE_INT), ("*.warmup_steps", NON_NEGATIVE_INT),
     ("*seed", NON_NEGATIVE_INT), ("*seeds", NON_NEGATIVE_INT),
-    ("*learning_rate", POSITIVE), ("*.lrs", POSITIVE), ("*.head_lr", POSITIVE),
-    ("*weight_decay", NON_NEGATIVE), ("*.grad_clip", POSITIVE), ("*.max_grad_norm", POSITIVE),
+    ("*learning_rate", POSITIVE), ("*.lrs", POSITIVE),
+    ("*weight_decay", NON_NEGATIVE), ("*.grad_clip", POSITIVE),
     ("*.optimizer.b1", DECAY), ("*.optimizer.b2", DECAY), ("*.optimizer.eps", POSITIVE),
     # Model and batch shapes.
     ("*.d_model", COUNT), ("*.d_ff", COUNT), ("*.num_layers", COUNT), ("*.num_heads", COUNT),

@@ -278,7 +278,10 @@ def _fake_quant_format(x: Array, fmt: "formats.Format", bits: Any) -> Array:
       raise ValueError(f"bits={bits} contradicts fmt {formats.format_name(fmt) or fmt} "
                        f"({fmt.element_bits}-bit elements); pass bits=None, "
                        f"{fmt.element_bits} or >= {FULL_PRECISION_BITS} (full precision)")
-  out = formats.fake_quant(x, fmt, axis=-1)
+  # `jaxlab.formats` turns a block holding a NaN or an Inf into NaN (the OCP MX rule for
+  # stored weights); QAT keeps the non-finite element alone, so the other elements are
+  # quantized as if it were 0 (it never sets a scale: amaxes are over finite values).
+  out = formats.fake_quant(jnp.where(jnp.isfinite(x), x, 0.0).astype(x.dtype), fmt, axis=-1)
   return _keep_non_finite(x, out)
 
 
