@@ -43,7 +43,8 @@ SLOW_EXAMPLES = frozenset({
     "jaxlab.privacy.training", "jaxlab.recsys.gates", "jaxlab.recsys.sasrec",
     "jaxlab.retrieval.losses", "jaxlab.retrieval.model", "jaxlab.retrieval.nig",
     "jaxlab.retrieval.world", "jaxlab.rl.gymnax_adapter", "jaxlab.rl.knowledge_task",
-    "jaxlab.serving.engine",
+    "jaxlab.serving.engine", "jaxlab.motion.pipeline", "jaxlab.recsys.pipeline",
+    "jaxlab.retrieval.evaluation", "jaxlab.quant.ptq",
     "jaxlab.text.bert", "jaxlab.zeroshot.expansion", "pallas_kernels.moe.reference",
 })
 # Examples that import an optional extra: skipped where it is not installed.
